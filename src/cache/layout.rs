@@ -1,0 +1,175 @@
+//! Every path of the cache and of an entry, in one place.
+//!
+//! ```text
+//! <cache>/entries/<fp16>/            published entries, immutable
+//! <cache>/by-name/<name>             symlink -> ../entries/<fp16>, newest entry of that name
+//! <cache>/building/<fp16>/           an entry being built (shared by every task building it)
+//! <cache>/memo/<key>                 input content hashes keyed by (path, size, mtime)
+//! <cache>/leases/<fp16>/<holder>     live users of an entry (builds, stagings)
+//! <cache>/used/<fp16>                mtime = last use of the entry
+//! <cache>/trash/                     entries being deleted
+//! ```
+
+use std::path::{Path, PathBuf};
+
+/// Version of the cache layout; a cache root records it in `layout-version`.
+pub const LAYOUT_VERSION: u32 = 1;
+
+/// Paths below one cache root.
+#[derive(Debug, Clone)]
+pub struct CacheLayout {
+    root: PathBuf,
+}
+
+impl CacheLayout {
+    pub fn new(root: impl Into<PathBuf>) -> Self {
+        Self { root: root.into() }
+    }
+
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    pub fn entries_dir(&self) -> PathBuf {
+        self.root.join("entries")
+    }
+
+    pub fn entry(&self, short_fingerprint: &str) -> EntryLayout {
+        EntryLayout::new(self.entries_dir().join(short_fingerprint))
+    }
+
+    pub fn by_name_dir(&self) -> PathBuf {
+        self.root.join("by-name")
+    }
+
+    pub fn by_name(&self, name: &str) -> PathBuf {
+        self.by_name_dir().join(name)
+    }
+
+    /// What a `by-name` link points at: relative, so the cache can be mounted anywhere.
+    pub fn by_name_target(short_fingerprint: &str) -> PathBuf {
+        Path::new("..").join("entries").join(short_fingerprint)
+    }
+
+    pub fn building_dir(&self) -> PathBuf {
+        self.root.join("building")
+    }
+
+    pub fn build(&self, short_fingerprint: &str) -> BuildLayout {
+        BuildLayout { root: self.building_dir().join(short_fingerprint) }
+    }
+
+    pub fn memo_dir(&self) -> PathBuf {
+        self.root.join("memo")
+    }
+
+    pub fn leases_dir(&self) -> PathBuf {
+        self.root.join("leases")
+    }
+
+    pub fn leases(&self, short_fingerprint: &str) -> PathBuf {
+        self.leases_dir().join(short_fingerprint)
+    }
+
+    pub fn used_dir(&self) -> PathBuf {
+        self.root.join("used")
+    }
+
+    pub fn used_marker(&self, short_fingerprint: &str) -> PathBuf {
+        self.used_dir().join(short_fingerprint)
+    }
+
+    pub fn trash_dir(&self) -> PathBuf {
+        self.root.join("trash")
+    }
+
+    pub fn layout_version_file(&self) -> PathBuf {
+        self.root.join("layout-version")
+    }
+}
+
+/// Paths inside one entry directory (published, or being assembled).
+#[derive(Debug, Clone)]
+pub struct EntryLayout {
+    root: PathBuf,
+}
+
+impl EntryLayout {
+    pub fn new(root: impl Into<PathBuf>) -> Self {
+        Self { root: root.into() }
+    }
+
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    pub fn manifest(&self) -> PathBuf {
+        self.root.join(MANIFEST_FILE)
+    }
+
+    pub fn dataset_dict(&self) -> PathBuf {
+        self.root.join("dataset_dict.json")
+    }
+
+    pub fn split_dir(&self, split: &str) -> PathBuf {
+        self.root.join(split)
+    }
+}
+
+/// The manifest's file name inside an entry.
+pub const MANIFEST_FILE: &str = "manifest.json";
+
+/// Name of the `index`-th of `count` Arrow files of a split, as `datasets` names them.
+pub fn data_file_name(index: usize, count: usize) -> String {
+    format!("data-{index:05}-of-{count:05}.arrow")
+}
+
+/// Paths inside `building/<fp16>/`, shared by every task that builds the entry.
+#[derive(Debug, Clone)]
+pub struct BuildLayout {
+    root: PathBuf,
+}
+
+impl BuildLayout {
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// Finished per-shard outputs: `parts/<split>/<shard>-<part>.arrow` and the
+    /// shard's record `parts/<split>/<shard>.done.json`, written last.
+    pub fn parts_dir(&self, split: &str) -> PathBuf {
+        self.root.join("parts").join(split)
+    }
+
+    pub fn part_file(&self, split: &str, shard: usize, part: usize) -> PathBuf {
+        self.parts_dir(split).join(format!("{shard:06}-{part:04}.arrow"))
+    }
+
+    pub fn shard_record(&self, split: &str, shard: usize) -> PathBuf {
+        self.parts_dir(split).join(format!("{shard:06}.done.json"))
+    }
+
+    /// Claims on shards being tokenized right now, one file per shard.
+    pub fn claims_dir(&self) -> PathBuf {
+        self.root.join("claims")
+    }
+
+    pub fn claim(&self, split: &str, shard: usize) -> PathBuf {
+        self.claims_dir().join(format!("{split}.{shard:06}"))
+    }
+
+    /// Where the publisher assembles the entry before renaming it into `entries/`.
+    pub fn assembly(&self) -> EntryLayout {
+        EntryLayout::new(self.root.join("assembly"))
+    }
+
+    /// Exclusive-create lock held by the one task that assembles and publishes.
+    pub fn publish_lock(&self) -> PathBuf {
+        self.root.join("publish.lock")
+    }
+
+    /// Progress summary for `ferry status`: shards done and total.
+    pub fn progress_file(&self) -> PathBuf {
+        self.root.join("progress.json")
+    }
+}

@@ -1,0 +1,6 @@
+//! The on-disk cache: paths, the input-hash memo, entry files and manifests.
+
+pub mod layout;
+pub mod manifest;
+pub mod memo;
+pub mod writer;

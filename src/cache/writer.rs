@@ -1,0 +1,296 @@
+//! Writes rows of token ids as Hugging Face `datasets` cache files: Arrow IPC
+//! *stream* files with the `huggingface` schema metadata, and the split's
+//! `dataset_info.json` and `state.json`.
+
+use std::io::{self, BufWriter, Write};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use arrow_array::{ArrayRef, Int8Array, Int32Array, ListArray, RecordBatch, UInt16Array, UInt32Array};
+use arrow_buffer::OffsetBuffer;
+use arrow_ipc::writer::StreamWriter;
+use arrow_schema::{DataType, Field, Schema};
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+
+use crate::fsutil;
+use crate::spec::{SequenceSpec, TokenType};
+
+/// Rows per record batch, as `datasets`' default writer batch size.
+const BATCH_ROWS: usize = 1000;
+/// Flush earlier when long rows (pack = "none") make a batch large.
+const BATCH_TOKENS: usize = 4 << 20;
+
+#[derive(Debug, thiserror::Error)]
+pub enum WriteError {
+    #[error("writing {path}: {source}")]
+    Io { path: PathBuf, source: io::Error },
+    #[error("writing {path}: {source}")]
+    Arrow { path: PathBuf, source: arrow_schema::ArrowError },
+}
+
+/// The columns an entry's files have.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Columns {
+    pub token_type: TokenType,
+    pub labels: bool,
+    pub attention_mask: bool,
+}
+
+impl Columns {
+    pub fn new(token_type: TokenType, sequence: &SequenceSpec) -> Columns {
+        Columns { token_type, labels: sequence.labels, attention_mask: sequence.attention_mask }
+    }
+
+    fn token_data_type(&self) -> DataType {
+        match self.token_type {
+            TokenType::Int32 => DataType::Int32,
+            TokenType::Uint16 => DataType::UInt16,
+            TokenType::Uint32 => DataType::UInt32,
+        }
+    }
+
+    fn names_and_types(&self) -> Vec<(&'static str, DataType, &'static str)> {
+        let token = (self.token_data_type(), self.token_type.dtype());
+        let mut columns = vec![("input_ids", token.0.clone(), token.1)];
+        if self.attention_mask {
+            columns.push(("attention_mask", DataType::Int8, "int8"));
+        }
+        if self.labels {
+            columns.push(("labels", token.0, token.1));
+        }
+        columns
+    }
+
+    /// `datasets` features matching the stored types exactly.
+    pub fn features(&self) -> Value {
+        let mut features = serde_json::Map::new();
+        for (name, _, dtype) in self.names_and_types() {
+            features.insert(name.into(), json!({"feature": {"dtype": dtype, "_type": "Value"}, "_type": "List"}));
+        }
+        Value::Object(features)
+    }
+
+    /// The Arrow schema, carrying `datasets`' own `huggingface` metadata key.
+    pub fn schema(&self) -> Arc<Schema> {
+        let fields: Vec<Field> = self
+            .names_and_types()
+            .into_iter()
+            .map(|(name, data_type, _)| Field::new(name, DataType::List(Arc::new(Field::new("item", data_type, true))), true))
+            .collect();
+        let metadata = json!({"info": {"features": self.features()}}).to_string();
+        Arc::new(Schema::new(fields).with_metadata(std::collections::HashMap::from([("huggingface".to_string(), metadata)])))
+    }
+}
+
+/// One finished Arrow file.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WrittenFile {
+    /// Path relative to the directory the caller names (a split or an entry).
+    pub path: String,
+    pub size: u64,
+    pub blake3: String,
+    pub rows: u64,
+    pub tokens: u64,
+}
+
+/// Writes one input shard's rows into one or more Arrow files, each landing under
+/// its final name only once complete. A new file starts once the current one
+/// reaches the target size.
+pub struct PartWriter<F: Fn(usize) -> PathBuf> {
+    columns: Columns,
+    schema: Arc<Schema>,
+    part_path: F,
+    target_bytes: u64,
+    open: Option<OpenPart>,
+    offsets: Vec<i32>,
+    values: Vec<u32>,
+    finished: Vec<WrittenFile>,
+}
+
+struct OpenPart {
+    path: PathBuf,
+    writer: StreamWriter<BufWriter<HashingWriter<tempfile::NamedTempFile>>>,
+    rows: u64,
+    tokens: u64,
+}
+
+impl<F: Fn(usize) -> PathBuf> PartWriter<F> {
+    /// `part_path(k)` names the k-th file.
+    pub fn new(columns: Columns, target_bytes: u64, part_path: F) -> Self {
+        PartWriter { columns, schema: columns.schema(), part_path, target_bytes, open: None, offsets: vec![0], values: Vec::new(), finished: Vec::new() }
+    }
+
+    pub fn push_row(&mut self, row: &[u32]) -> Result<(), WriteError> {
+        self.values.extend_from_slice(row);
+        self.offsets.push(self.values.len() as i32);
+        if self.offsets.len() > BATCH_ROWS || self.values.len() >= BATCH_TOKENS {
+            self.flush_batch()?;
+        }
+        Ok(())
+    }
+
+    fn flush_batch(&mut self) -> Result<(), WriteError> {
+        let rows = self.offsets.len() - 1;
+        if rows == 0 {
+            return Ok(());
+        }
+        let batch = build_batch(&self.columns, &self.schema, &self.offsets, &self.values);
+        let tokens = self.values.len() as u64;
+        self.offsets.truncate(1);
+        self.values.clear();
+        if self.open.is_none() {
+            let path = (self.part_path)(self.finished.len());
+            self.open = Some(open_part(&path, &self.schema)?);
+        }
+        let part = self.open.as_mut().expect("opened above");
+        part.writer.write(&batch).map_err(|source| WriteError::Arrow { path: part.path.clone(), source })?;
+        part.rows += rows as u64;
+        part.tokens += tokens;
+        let buffered = part.writer.get_ref();
+        if buffered.get_ref().bytes + buffered.buffer().len() as u64 >= self.target_bytes {
+            self.close_part()?;
+        }
+        Ok(())
+    }
+
+    fn close_part(&mut self) -> Result<(), WriteError> {
+        let Some(part) = self.open.take() else { return Ok(()) };
+        let path = part.path.clone();
+        let io_error = |source| WriteError::Io { path: path.clone(), source };
+        let buffered = part.writer.into_inner().map_err(|source| WriteError::Arrow { path: path.clone(), source })?;
+        let hashing = buffered.into_inner().map_err(|err| io_error(err.into_error()))?;
+        let (temp, hash, size) = (hashing.inner, hashing.hasher.finalize(), hashing.bytes);
+        temp.as_file().sync_all().map_err(io_error)?;
+        temp.persist(&path).map_err(|err| io_error(err.error))?;
+        let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        self.finished.push(WrittenFile { path: name, size, blake3: hash.to_hex().to_string(), rows: part.rows, tokens: part.tokens });
+        Ok(())
+    }
+
+    /// Flushes and closes; returns the files written, in order.
+    pub fn finish(mut self) -> Result<Vec<WrittenFile>, WriteError> {
+        self.flush_batch()?;
+        self.close_part()?;
+        Ok(self.finished)
+    }
+}
+
+fn open_part(path: &Path, schema: &Schema) -> Result<OpenPart, WriteError> {
+    let io_error = |source| WriteError::Io { path: path.to_path_buf(), source };
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let temp = fsutil::temp_file_in(dir).map_err(io_error)?;
+    let hashing = HashingWriter { inner: temp, hasher: blake3::Hasher::new(), bytes: 0 };
+    let writer = StreamWriter::try_new(BufWriter::with_capacity(1 << 20, hashing), schema)
+        .map_err(|source| WriteError::Arrow { path: path.to_path_buf(), source })?;
+    Ok(OpenPart { path: path.to_path_buf(), writer, rows: 0, tokens: 0 })
+}
+
+fn build_batch(columns: &Columns, schema: &Arc<Schema>, offsets: &[i32], values: &[u32]) -> RecordBatch {
+    let list = |data_type: DataType, values: ArrayRef| -> ArrayRef {
+        let field = Arc::new(Field::new("item", data_type, true));
+        Arc::new(ListArray::new(field, OffsetBuffer::new(offsets.to_vec().into()), values, None))
+    };
+    let token_values: ArrayRef = match columns.token_type {
+        // Ids are below the vocabulary size, checked against the type when the tokenizer loads.
+        TokenType::Int32 => Arc::new(Int32Array::from_iter_values(values.iter().map(|&v| v as i32))),
+        TokenType::Uint16 => Arc::new(UInt16Array::from_iter_values(values.iter().map(|&v| v as u16))),
+        TokenType::Uint32 => Arc::new(UInt32Array::from_iter_values(values.iter().copied())),
+    };
+    let input_ids = list(columns.token_data_type(), token_values);
+    let mut arrays = vec![input_ids.clone()];
+    if columns.attention_mask {
+        arrays.push(list(DataType::Int8, Arc::new(Int8Array::from_iter_values(std::iter::repeat_n(1i8, values.len())))));
+    }
+    if columns.labels {
+        arrays.push(input_ids);
+    }
+    RecordBatch::try_new(schema.clone(), arrays).expect("arrays are built to match the schema")
+}
+
+/// A stream file with the schema and no rows: what an empty split holds.
+pub fn write_empty_file(path: &Path, columns: &Columns) -> Result<WrittenFile, WriteError> {
+    let mut writer = PartWriter::new(*columns, u64::MAX, |_| path.to_path_buf());
+    writer.open = Some(open_part(path, &writer.schema)?);
+    Ok(writer.finish()?.remove(0))
+}
+
+/// Writes a split's `dataset_info.json` and `state.json` for `datasets.load_from_disk`.
+pub fn write_split_metadata(split_dir: &Path, split: &str, data_files: &[String], columns: &Columns, fingerprint: &str) -> io::Result<()> {
+    let info = json!({"citation": "", "description": "", "features": columns.features(), "homepage": "", "license": ""});
+    fsutil::write_json_atomic(&split_dir.join("dataset_info.json"), &info)?;
+    let state = json!({
+        "_data_files": data_files.iter().map(|f| json!({"filename": f})).collect::<Vec<_>>(),
+        "_fingerprint": fingerprint,
+        "_format_columns": null,
+        "_format_kwargs": {},
+        "_format_type": null,
+        "_output_all_columns": false,
+        "_split": split,
+    });
+    fsutil::write_json_atomic(&split_dir.join("state.json"), &state)
+}
+
+/// Passes writes through while hashing and counting them.
+struct HashingWriter<W> {
+    inner: W,
+    hasher: blake3::Hasher,
+    bytes: u64,
+}
+
+impl<W: Write> Write for HashingWriter<W> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        let n = self.inner.write(buf)?;
+        self.hasher.update(&buf[..n]);
+        self.bytes += n as u64;
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.inner.flush()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrow_array::Array;
+    use arrow_ipc::reader::StreamReader;
+
+    #[test]
+    fn rows_round_trip_through_stream_files_with_metadata() {
+        let dir = tempfile::tempdir().unwrap();
+        let columns = Columns { token_type: TokenType::Uint16, labels: true, attention_mask: true };
+        let mut writer = PartWriter::new(columns, 1 << 20, |k| dir.path().join(format!("p{k}.arrow")));
+        for i in 0..2500u32 {
+            writer.push_row(&[i, i + 1, i + 2]).unwrap();
+        }
+        let files = writer.finish().unwrap();
+        assert_eq!(files.len(), 1);
+        assert_eq!((files[0].rows, files[0].tokens), (2500, 7500));
+        let bytes = std::fs::read(dir.path().join("p0.arrow")).unwrap();
+        assert_eq!(files[0].size, bytes.len() as u64);
+        assert_eq!(files[0].blake3, blake3::hash(&bytes).to_hex().to_string());
+        let reader = StreamReader::try_new(&bytes[..], None).unwrap();
+        assert!(reader.schema().metadata()["huggingface"].contains("uint16"));
+        let batches: Vec<RecordBatch> = reader.map(Result::unwrap).collect();
+        assert_eq!(batches.iter().map(|b| b.num_rows()).sum::<usize>(), 2500);
+        let first = batches[0].column(0).as_any().downcast_ref::<ListArray>().unwrap().value(1);
+        assert_eq!(first.as_any().downcast_ref::<UInt16Array>().unwrap().values(), &[1, 2, 3]);
+        assert_eq!(batches[0].schema().field(1).name(), "attention_mask");
+    }
+
+    #[test]
+    fn files_roll_over_at_the_target_size() {
+        let dir = tempfile::tempdir().unwrap();
+        let columns = Columns { token_type: TokenType::Int32, labels: false, attention_mask: false };
+        let mut writer = PartWriter::new(columns, 100_000, |k| dir.path().join(format!("p{k}.arrow")));
+        let row: Vec<u32> = (0..100).collect();
+        for _ in 0..5000 {
+            writer.push_row(&row).unwrap();
+        }
+        let files = writer.finish().unwrap();
+        assert_eq!(files.len(), 5, "one file per 1000-row batch of 400 kB");
+        assert_eq!(files.iter().map(|f| f.rows).sum::<u64>(), 5000);
+    }
+}

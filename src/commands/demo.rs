@@ -1,0 +1,64 @@
+//! `ferry demo`: a small Pile-style corpus, prepared with the embedded GPT-2
+//! tokenizer, then how to load it. No network.
+
+use std::path::Path;
+
+use anyhow::Context;
+
+use crate::cache::layout::CacheLayout;
+use crate::corpus;
+use crate::prepare::{self, PrepareOptions};
+use crate::progress::ProgressMode;
+use crate::settings;
+use crate::spec::Spec;
+
+const DEMO_SPEC: &str = r#"# A ferry pipeline spec: Pile-style shards -> GPT-2 tokens packed in 1024-token rows.
+name = "pile-demo-gpt2-1024"
+
+[splits]
+train = ["corpus/train-*.jsonl.zst"]
+validation = ["corpus/val-*.jsonl.zst"]
+
+[filter]
+# Keep every subset but EuroParl.
+meta.pile_set_name = ["Pile-CC", "Github", "ArXiv", "Wikipedia (en)", "StackExchange"]
+min_chars = 1
+
+[tokenizer]
+builtin = "gpt2"
+
+[sequence]
+pack = "concat"
+seq_len = 1024
+"#;
+
+pub fn run(dir: &Path, progress: ProgressMode) -> anyhow::Result<()> {
+    let corpus_dir = dir.join("corpus");
+    if !corpus_dir.exists() {
+        eprintln!("writing a Pile-style corpus to {}", corpus_dir.display());
+        corpus::write_pile_shards(&corpus_dir, "train", 4, 3000, 1).context("writing the demo corpus")?;
+        corpus::write_pile_shards(&corpus_dir, "val", 1, 600, 2).context("writing the demo corpus")?;
+    }
+    let spec_path = dir.join("pile-demo.toml");
+    crate::fsutil::write_atomic(&spec_path, DEMO_SPEC.as_bytes()).context("writing the demo spec")?;
+    let spec = Spec::load(&spec_path)?;
+    let cache = CacheLayout::new(dir.join("cache"));
+    let options = PrepareOptions { workers: settings::workers(None), progress };
+    let prepared = prepare::prepare(&spec, &cache, &options).context("preparing the demo corpus")?;
+    let counts = &prepared.manifest.totals.counts;
+    println!("spec        {}", spec_path.display());
+    println!("fingerprint {}", prepared.manifest.fingerprint);
+    println!("entry       {}", prepared.entry.root().display());
+    println!(
+        "{} documents, {} tokens in {} rows of {} ({}, {:.2} s to tokenize)",
+        counts.documents,
+        counts.tokens,
+        counts.rows,
+        spec.sequence.seq_len,
+        if prepared.built { "built now" } else { "cached" },
+        prepared.manifest.timings.tokenize_seconds,
+    );
+    let by_name = cache.by_name(&spec.name);
+    println!("\nload it with:\n  python3 -c \"import datasets; print(datasets.load_from_disk('{}'))\"", by_name.display());
+    Ok(())
+}

@@ -1,0 +1,37 @@
+//! One module per subcommand. Commands take resolved values, print what the user
+//! asked for to stdout, and return errors for `main` to print once.
+
+mod demo;
+mod prepare;
+
+use crate::cli::{Cli, Command};
+use crate::progress::ProgressMode;
+use crate::settings;
+
+pub fn run(cli: Cli) -> anyhow::Result<()> {
+    let progress = if cli.quiet { ProgressMode::Hidden } else { ProgressMode::Auto };
+    match cli.command {
+        Command::Prepare { spec, cache, jobs, json } => {
+            prepare::run(&spec, &settings::cache_root(cache.cache), settings::workers(jobs), progress, json)
+        }
+        Command::Demo { dir } => demo::run(&dir, progress),
+    }
+}
+
+/// 1 for failures the user can fix (bad spec, bad input, no space), 2 otherwise.
+pub fn exit_code(err: &anyhow::Error) -> u8 {
+    for cause in err.chain() {
+        if let Some(err) = cause.downcast_ref::<crate::prepare::PrepareError>() {
+            return if err.is_user_error() { 1 } else { 2 };
+        }
+        if cause.is::<crate::spec::SpecError>() || cause.is::<UserError>() {
+            return 1;
+        }
+    }
+    2
+}
+
+/// A failure the user can fix, with its message.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct UserError(pub String);

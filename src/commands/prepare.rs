@@ -1,0 +1,64 @@
+//! `ferry prepare SPEC`: prints the fingerprint and the entry path, and a summary.
+
+use std::path::Path;
+use std::time::Instant;
+
+use anyhow::Context;
+use serde_json::json;
+
+use crate::cache::layout::CacheLayout;
+use crate::prepare::{self, PrepareOptions, Prepared};
+use crate::progress::{self, ProgressMode};
+use crate::spec::Spec;
+
+pub fn run(spec_path: &Path, cache_root: &Path, workers: usize, progress: ProgressMode, as_json: bool) -> anyhow::Result<()> {
+    let started = Instant::now();
+    let spec = Spec::load(spec_path)?;
+    let cache = CacheLayout::new(cache_root);
+    let prepared = prepare::prepare(&spec, &cache, &PrepareOptions { workers, progress })
+        .with_context(|| format!("preparing {}", spec_path.display()))?;
+    let elapsed = started.elapsed();
+    if as_json {
+        println!("{}", serde_json::to_string_pretty(&summary_json(&prepared, elapsed.as_secs_f64()))?);
+    } else {
+        print_summary(&prepared, elapsed);
+    }
+    Ok(())
+}
+
+fn summary_json(prepared: &Prepared, seconds: f64) -> serde_json::Value {
+    let manifest = &prepared.manifest;
+    json!({
+        "fingerprint": manifest.fingerprint,
+        "entry": prepared.entry.root(),
+        "name": manifest.name,
+        "built": prepared.built,
+        "shards_tokenized_here": prepared.shards_tokenized_here,
+        "totals": manifest.totals,
+        "seconds": seconds,
+    })
+}
+
+fn print_summary(prepared: &Prepared, elapsed: std::time::Duration) {
+    let manifest = &prepared.manifest;
+    let counts = &manifest.totals.counts;
+    println!("fingerprint {}", manifest.fingerprint);
+    println!("entry {}", prepared.entry.root().display());
+    if prepared.built {
+        println!(
+            "built {}: {} documents ({} filtered, {} skipped), {} tokens in {} rows, {} written in {} ({}tokens/s, {} shards here)",
+            manifest.name,
+            counts.documents,
+            counts.filtered_documents,
+            counts.skipped_total(),
+            counts.tokens,
+            counts.rows,
+            bytesize::ByteSize(manifest.totals.bytes),
+            humantime::format_duration(std::time::Duration::from_millis(elapsed.as_millis() as u64)),
+            progress::per_second(counts.tokens, elapsed),
+            prepared.shards_tokenized_here,
+        );
+    } else {
+        println!("cached {}: {} tokens in {} rows (nothing to do)", manifest.name, counts.tokens, counts.rows);
+    }
+}

@@ -1,0 +1,184 @@
+//! Filesystem primitives every other module builds on: atomic writes, no-replace
+//! renames, exclusive creation, free-space queries.
+//!
+//! Everything here must behave on shared parallel filesystems (NFS, Lustre, GPFS)
+//! as well as on local disks, so it relies only on `open(O_EXCL)` and `rename`,
+//! never on `flock`.
+
+use std::io::{self, Write};
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+
+use fs_err as fs;
+
+/// Writes `bytes` to `path` so that readers see either the old file or the whole
+/// new one: a temporary file in the same directory, synced, then renamed.
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    let dir = parent_dir(path);
+    let mut file = temp_file_in(dir)?;
+    file.write_all(bytes)?;
+    file.as_file().sync_all()?;
+    file.persist(path).map_err(|err| err.error)?;
+    Ok(())
+}
+
+/// A temporary file in `dir`, readable by others once renamed into place: the cache is
+/// shared between users, while `tempfile` alone would create it with mode 0600.
+pub fn temp_file_in(dir: &Path) -> io::Result<tempfile::NamedTempFile> {
+    tempfile::Builder::new()
+        .prefix(".tmp-")
+        .permissions(std::fs::Permissions::from_mode(0o644))
+        .tempfile_in(dir)
+        .map_err(|err| io::Error::new(err.kind(), format!("creating a temporary file in {}: {err}", dir.display())))
+}
+
+/// Serializes `value` as pretty JSON and writes it atomically.
+pub fn write_json_atomic<T: serde::Serialize>(path: &Path, value: &T) -> io::Result<()> {
+    let mut bytes = serde_json::to_vec_pretty(value).map_err(io::Error::other)?;
+    bytes.push(b'\n');
+    write_atomic(path, &bytes)
+}
+
+/// Renames `from` to `to` unless `to` exists. Returns `Ok(false)` when `to` exists.
+///
+/// Uses `renameat2(RENAME_NOREPLACE)`; where the filesystem does not support it
+/// (some NFS servers) falls back to plain `rename`, which for directories still
+/// refuses to replace a non-empty target.
+pub fn rename_no_replace(from: &Path, to: &Path) -> io::Result<bool> {
+    use rustix::fs::{CWD, RenameFlags, renameat_with};
+    match renameat_with(CWD, from, CWD, to, RenameFlags::NOREPLACE) {
+        Ok(()) => Ok(true),
+        Err(rustix::io::Errno::EXIST) | Err(rustix::io::Errno::NOTEMPTY) => Ok(false),
+        // Plain rename still refuses a non-empty target directory, and entries are never empty.
+        Err(rustix::io::Errno::INVAL) | Err(rustix::io::Errno::NOSYS) => match std::fs::rename(from, to) {
+            Ok(()) => Ok(true),
+            Err(err) if is_exists_error(&err) => Ok(false),
+            Err(err) => Err(err),
+        },
+        Err(errno) => Err(io::Error::from(errno)),
+    }
+}
+
+/// Creates `path` only if it does not exist yet, writing `bytes` into it.
+/// Returns `Ok(false)` if it existed. `O_EXCL` is atomic on NFSv3+ and Lustre.
+pub fn create_exclusive(path: &Path, bytes: &[u8]) -> io::Result<bool> {
+    match std::fs::OpenOptions::new().write(true).create_new(true).open(path) {
+        Ok(mut file) => {
+            file.write_all(bytes)?;
+            Ok(true)
+        }
+        Err(err) if err.kind() == io::ErrorKind::AlreadyExists => Ok(false),
+        Err(err) => Err(io::Error::new(err.kind(), format!("creating {}: {err}", path.display()))),
+    }
+}
+
+/// Bytes available to an unprivileged user on the filesystem holding `path`.
+pub fn available_bytes(path: &Path) -> io::Result<u64> {
+    let stat = rustix::fs::statvfs(path).map_err(io::Error::from)?;
+    Ok(stat.f_bavail.saturating_mul(stat.f_frsize))
+}
+
+/// Replaces (or creates) the symlink `link` so it points at `target`, atomically:
+/// a symlink under a temporary name, renamed over the old one.
+pub fn replace_symlink(target: &Path, link: &Path) -> io::Result<()> {
+    let dir = parent_dir(link);
+    let name = link.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let temp = dir.join(format!(".tmp-{name}.{}.{}", std::process::id(), unique_suffix()));
+    std::os::unix::fs::symlink(target, &temp)
+        .map_err(|err| io::Error::new(err.kind(), format!("creating symlink {}: {err}", temp.display())))?;
+    if let Err(err) = fs::rename(&temp, link) {
+        let _ = std::fs::remove_file(&temp);
+        return Err(err);
+    }
+    Ok(())
+}
+
+/// Creates `dir` and its parents.
+pub fn create_dir_all(dir: &Path) -> io::Result<()> {
+    fs::create_dir_all(dir)
+}
+
+/// The host name, as Slurm and `hostname` report it.
+pub fn host_name() -> String {
+    rustix::system::uname().nodename().to_string_lossy().into_owned()
+}
+
+/// Whether a process with this pid exists on this host.
+pub fn process_alive(pid: u32) -> bool {
+    let Some(pid) = rustix::process::Pid::from_raw(pid as i32) else {
+        return false;
+    };
+    match rustix::process::test_kill_process(pid) {
+        Ok(()) => true,
+        // The process exists but belongs to someone else.
+        Err(rustix::io::Errno::PERM) => true,
+        Err(_) => false,
+    }
+}
+
+/// A suffix that differs between calls in one process.
+pub fn unique_suffix() -> u64 {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos() as u64)
+        .unwrap_or(0);
+    (COUNTER.fetch_add(1, Ordering::Relaxed) << 32) ^ nanos
+}
+
+fn is_exists_error(err: &io::Error) -> bool {
+    let code = err.raw_os_error();
+    code == Some(rustix::io::Errno::EXIST.raw_os_error()) || code == Some(rustix::io::Errno::NOTEMPTY.raw_os_error())
+}
+
+fn parent_dir(path: &Path) -> &Path {
+    match path.parent() {
+        Some(parent) if !parent.as_os_str().is_empty() => parent,
+        _ => Path::new("."),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn write_atomic_replaces_whole_file_and_leaves_no_temporaries() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("a.json");
+        write_atomic(&path, b"first").unwrap();
+        write_atomic(&path, b"second").unwrap();
+        assert_eq!(std::fs::read(&path).unwrap(), b"second");
+        let names: Vec<_> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
+        assert_eq!(names, vec![std::ffi::OsString::from("a.json")]);
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode();
+        assert_eq!(mode & 0o044, 0o044, "others can read a published file");
+    }
+
+    #[test]
+    fn rename_no_replace_refuses_existing_target() {
+        let dir = tempfile::tempdir().unwrap();
+        let (a, b, c) = (dir.path().join("a"), dir.path().join("b"), dir.path().join("c"));
+        std::fs::create_dir(&a).unwrap();
+        std::fs::create_dir(&b).unwrap();
+        std::fs::write(b.join("x"), b"x").unwrap();
+        assert!(!rename_no_replace(&a, &b).unwrap());
+        assert!(rename_no_replace(&a, &c).unwrap());
+        assert!(c.is_dir() && !a.exists());
+    }
+
+    #[test]
+    fn create_exclusive_wins_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("lease");
+        assert!(create_exclusive(&path, b"1").unwrap());
+        assert!(!create_exclusive(&path, b"2").unwrap());
+        assert_eq!(std::fs::read(&path).unwrap(), b"1");
+    }
+
+    #[test]
+    fn this_process_is_alive() {
+        assert!(process_alive(std::process::id()));
+    }
+}

@@ -1,0 +1,36 @@
+//! ferry: tokenize text corpora once into a fingerprint-addressed Arrow cache
+//! that Hugging Face `datasets.load_from_disk` reads as is, and stage it onto
+//! Slurm nodes' local disks fast.
+//!
+//! # Layout
+//!
+//! Lower layers never depend on higher ones.
+//!
+//! - `fsutil`: atomic writes, no-replace renames, exclusive create, free space.
+//! - `fingerprint`: the stable blake3 fingerprint of an entry.
+//! - `spec`: the pipeline spec (TOML) and its canonical form.
+//! - `inputs`: split globs to input files; content hashes through the memo.
+//! - `cache`: `layout` (every path), `memo`, `writer` (Arrow + `datasets` files), `manifest`.
+//! - `source`: streaming readers for JSON lines (plain, zstd, gzip) and Parquet.
+//! - `tokenizer`: tokenizer loading, the guarded fast encoder, BOS/EOS rules.
+//! - `pack`: documents to rows (`concat`, `truncate`, `none`).
+//! - `prepare`: build an entry (parallel over shards, resumable) and publish it.
+//! - `corpus`: synthetic Pile-style corpora for the demo, tests and benchmarks.
+//! - `progress`: progress bars and periodic log lines.
+//! - `settings`: where the cache is and how many workers to use.
+//! - `cli`, `commands`: argument parsing and the commands; the only code that prints to stdout.
+
+pub mod cache;
+pub mod cli;
+pub mod commands;
+pub mod corpus;
+pub mod fingerprint;
+pub mod fsutil;
+pub mod inputs;
+pub mod pack;
+pub mod prepare;
+pub mod progress;
+pub mod settings;
+pub mod source;
+pub mod spec;
+pub mod tokenizer;

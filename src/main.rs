@@ -1,0 +1,34 @@
+//! The `ferry` binary: parse arguments, set up logging, run the command, exit
+//! with 0 (ok), 1 (a failure the user can fix) or 2 (an internal error).
+
+use std::process::ExitCode;
+
+use clap::Parser;
+use tracing_subscriber::EnvFilter;
+
+fn main() -> ExitCode {
+    let cli = ferry::cli::Cli::parse();
+    init_logging(cli.verbose, cli.quiet);
+    match std::panic::catch_unwind(|| ferry::commands::run(cli)) {
+        Ok(Ok(())) => ExitCode::SUCCESS,
+        Ok(Err(err)) => {
+            eprintln!("error: {err:#}");
+            ExitCode::from(ferry::commands::exit_code(&err))
+        }
+        Err(_) => {
+            eprintln!("error: internal error (a bug in ferry); please report it with the command and -v output");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn init_logging(verbose: u8, quiet: bool) {
+    let default = match (quiet, verbose) {
+        (true, _) => "error",
+        (false, 0) => "info",
+        (false, 1) => "debug",
+        (false, _) => "trace",
+    };
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(format!("ferry={default},warn")));
+    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_target(false).init();
+}

@@ -1,0 +1,91 @@
+//! Assembles finished shards into an entry and publishes it with one rename.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use crate::cache::layout::{BuildLayout, CacheLayout, EntryLayout, data_file_name};
+use crate::cache::manifest::Manifest;
+use crate::cache::writer::{self, Columns, WrittenFile};
+use crate::fsutil;
+
+use super::PrepareError;
+use super::shard::ShardRecord;
+
+/// Lays out the entry in a private assembly directory: part files hard-linked
+/// under their `datasets` names (the parts stay valid for a resumed build), split
+/// metadata, `dataset_dict.json`. Returns the assembly and its files.
+pub fn assemble(
+    build: &BuildLayout,
+    records: &BTreeMap<String, Vec<ShardRecord>>,
+    columns: &Columns,
+    short_fingerprint: &str,
+) -> Result<(EntryLayout, BTreeMap<String, Vec<String>>, Vec<WrittenFile>), PrepareError> {
+    let assembly = EntryLayout::new(build.root().join(format!("assembly.{}.{}", fsutil::host_name(), std::process::id())));
+    if assembly.root().exists() {
+        fs_err::remove_dir_all(assembly.root()).map_err(PrepareError::io("clearing an old assembly"))?;
+    }
+    let mut files = Vec::new();
+    let mut data_files = BTreeMap::new();
+    for (split, shards) in records {
+        let split_dir = assembly.split_dir(split);
+        fsutil::create_dir_all(&split_dir).map_err(PrepareError::io("creating the assembly"))?;
+        let parts: Vec<&WrittenFile> = shards.iter().flat_map(|record| &record.files).collect();
+        let count = parts.len().max(1);
+        let mut names = Vec::new();
+        if parts.is_empty() {
+            let name = data_file_name(0, 1);
+            let mut file = writer::write_empty_file(&split_dir.join(&name), columns).map_err(PrepareError::Write)?;
+            file.path = format!("{split}/{name}");
+            files.push(file);
+            names.push(name);
+        }
+        for (index, part) in parts.into_iter().enumerate() {
+            let name = data_file_name(index, count);
+            let source = build.parts_dir(split).join(&part.path);
+            fs_err::hard_link(&source, split_dir.join(&name)).map_err(PrepareError::io("linking a part into the assembly"))?;
+            files.push(WrittenFile { path: format!("{split}/{name}"), ..part.clone() });
+            names.push(name);
+        }
+        writer::write_split_metadata(&split_dir, split, &names, columns, short_fingerprint).map_err(PrepareError::io("writing split metadata"))?;
+        for metadata in ["dataset_info.json", "state.json"] {
+            files.push(hash_small_file(assembly.root(), &format!("{split}/{metadata}"))?);
+        }
+        data_files.insert(split.clone(), names.iter().map(|name| format!("{split}/{name}")).collect());
+    }
+    let splits: Vec<&String> = records.keys().collect();
+    fsutil::write_json_atomic(&assembly.dataset_dict(), &serde_json::json!({"splits": splits}))
+        .map_err(PrepareError::io("writing dataset_dict.json"))?;
+    files.push(hash_small_file(assembly.root(), "dataset_dict.json")?);
+    Ok((assembly, data_files, files))
+}
+
+fn hash_small_file(root: &Path, relative: &str) -> Result<WrittenFile, PrepareError> {
+    let bytes = fs_err::read(root.join(relative)).map_err(PrepareError::io("reading back metadata"))?;
+    Ok(WrittenFile { path: relative.to_string(), size: bytes.len() as u64, blake3: blake3::hash(&bytes).to_hex().to_string(), rows: 0, tokens: 0 })
+}
+
+/// Writes the manifest, renames the assembly into `entries/`, and points
+/// `by-name` at it. Returns false if another process published the entry first
+/// (its copy is then the entry; ours is removed).
+pub fn publish(cache: &CacheLayout, assembly: EntryLayout, manifest: &Manifest) -> Result<bool, PrepareError> {
+    fsutil::write_json_atomic(&assembly.manifest(), manifest).map_err(PrepareError::io("writing the manifest"))?;
+    let short = manifest.short_fingerprint();
+    fsutil::create_dir_all(&cache.entries_dir()).map_err(PrepareError::io("creating entries/"))?;
+    let target = cache.entry(short);
+    let won = fsutil::rename_no_replace(assembly.root(), target.root()).map_err(PrepareError::io("publishing the entry"))?;
+    if !won {
+        let _ = fs_err::remove_dir_all(assembly.root());
+    }
+    Ok(won)
+}
+
+/// Points `by-name/<name>` at the entry.
+pub fn link_name(cache: &CacheLayout, name: &str, short_fingerprint: &str) -> Result<(), PrepareError> {
+    let link = cache.by_name(name);
+    let target = CacheLayout::by_name_target(short_fingerprint);
+    if std::fs::read_link(&link).is_ok_and(|current| current == target) {
+        return Ok(());
+    }
+    fsutil::create_dir_all(&cache.by_name_dir()).map_err(PrepareError::io("creating by-name/"))?;
+    fsutil::replace_symlink(&target, &link).map_err(PrepareError::io("linking by-name"))
+}

@@ -1,0 +1,195 @@
+//! Tokenizes one input shard into Arrow part files and a shard record. Shards are
+//! independent, so a build runs them in parallel and resumes them one by one.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Instant;
+
+use rayon::prelude::*;
+use serde::{Deserialize, Serialize};
+
+use crate::cache::layout::BuildLayout;
+use crate::cache::manifest::{Counts, InputRecord};
+use crate::cache::writer::{Columns, PartWriter, WriteError, WrittenFile};
+use crate::inputs::InputFile;
+use crate::pack::Packer;
+use crate::source::{self, Document, Item, RecordProblem, Selector, SourceError};
+use crate::spec::{BadRecordPolicy, Spec};
+use crate::tokenizer::{EncoderKind, Encoders};
+
+/// Documents tokenized together (in parallel) before packing.
+const BATCH_DOCUMENTS: usize = 1024;
+const BATCH_TEXT_BYTES: usize = 8 << 20;
+/// With the fast encoder, every n-th document of a shard is also encoded by the
+/// reference encoder and must give the same ids.
+pub const SAMPLE_EVERY: u64 = 128;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ShardError {
+    #[error(transparent)]
+    Source(#[from] SourceError),
+    #[error(
+        "input {path} line {record}: {problem}; fix or remove the record, or set source.on_bad_record = \"skip\" to count and skip bad records"
+    )]
+    BadRecord { path: PathBuf, record: u64, problem: RecordProblem },
+    #[error("input {path} line {record}: the tokenizer failed: {message}")]
+    Encode { path: PathBuf, record: u64, message: String },
+    #[error(transparent)]
+    Write(#[from] WriteError),
+    #[error("input {path} line {record}: the fast encoder's ids differ from the tokenizer's")]
+    FastPathMismatch { path: PathBuf, record: u64 },
+    #[error("writing shard record {path}: {source}")]
+    Record { path: PathBuf, source: std::io::Error },
+}
+
+/// What one finished shard produced, saved as `parts/<split>/<shard>.done.json`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ShardRecord {
+    pub split: String,
+    pub shard: usize,
+    pub input: InputRecord,
+    pub encoder: EncoderKind,
+    pub counts: Counts,
+    /// Part files in order, names relative to the split's parts directory.
+    pub files: Vec<WrittenFile>,
+    pub seconds: f64,
+    pub host: String,
+    pub pid: u32,
+}
+
+/// One unit of work.
+#[derive(Debug, Clone)]
+pub struct ShardTask {
+    pub split: String,
+    pub shard: usize,
+    pub input: InputFile,
+    pub hash: blake3::Hash,
+}
+
+/// Live counters for progress reports.
+#[derive(Debug, Default)]
+pub struct BuildCounters {
+    pub shards_done: AtomicU64,
+    pub input_bytes: AtomicU64,
+    pub documents: AtomicU64,
+    pub tokens: AtomicU64,
+}
+
+/// Everything shard workers share.
+pub struct ShardContext<'a> {
+    pub spec: &'a Spec,
+    pub encoders: &'a Encoders,
+    pub selector: Selector,
+    pub columns: Columns,
+    pub build: &'a BuildLayout,
+    pub counters: &'a BuildCounters,
+}
+
+impl ShardContext<'_> {
+    /// The shard's record if it was finished before with this encoder and its
+    /// part files are all still there.
+    pub fn finished_record(&self, task: &ShardTask, kind: EncoderKind) -> Option<ShardRecord> {
+        let bytes = std::fs::read(self.build.shard_record(&task.split, task.shard)).ok()?;
+        let record: ShardRecord = serde_json::from_slice(&bytes).ok()?;
+        let same_input = record.input.blake3 == task.hash.to_hex().as_str();
+        let parts_present = record.files.iter().all(|file| {
+            let path = self.build.parts_dir(&task.split).join(&file.path);
+            std::fs::metadata(path).is_ok_and(|m| m.len() == file.size)
+        });
+        (same_input && record.encoder == kind && parts_present).then_some(record)
+    }
+
+    /// Tokenizes the shard and saves its record.
+    pub fn run(&self, task: &ShardTask, kind: EncoderKind) -> Result<ShardRecord, ShardError> {
+        let started = Instant::now();
+        let path = &task.input.path;
+        let mut reader = source::open(path, self.spec.source.format, &self.selector)?;
+        let sequence = &self.spec.sequence;
+        let mut packer = Packer::new(sequence.pack, sequence.seq_len);
+        let build = self.build;
+        let mut writer = PartWriter::new(self.columns, self.spec.output.target_shard_bytes, |part| {
+            build.part_file(&task.split, task.shard, part)
+        });
+        let mut counts = Counts { input_bytes: task.input.size, ..Counts::default() };
+        let mut skipped: BTreeMap<String, u64> = BTreeMap::new();
+        let mut batch: Vec<Document> = Vec::with_capacity(BATCH_DOCUMENTS);
+        let mut batch_bytes = 0;
+        let mut reported_bytes = 0;
+        let mut finished = false;
+        while !finished {
+            match reader.next_item()? {
+                Some(Item::Document(document)) => {
+                    batch_bytes += document.text.len();
+                    batch.push(document);
+                }
+                Some(Item::Filtered) => counts.filtered_documents += 1,
+                Some(Item::Bad { record, problem }) => match self.spec.source.on_bad_record {
+                    BadRecordPolicy::Fail => return Err(ShardError::BadRecord { path: path.clone(), record, problem }),
+                    BadRecordPolicy::Skip => *skipped.entry(problem.reason().to_string()).or_default() += 1,
+                },
+                None => finished = true,
+            }
+            if batch.len() >= BATCH_DOCUMENTS || batch_bytes >= BATCH_TEXT_BYTES || (finished && !batch.is_empty()) {
+                let first_index = counts.documents;
+                let encoded = self.encode_batch(path, &batch, first_index, kind)?;
+                for ids in &encoded {
+                    packer.push(ids, |row| writer.push_row(row))?;
+                }
+                let tokens: u64 = encoded.iter().map(|ids| ids.len() as u64).sum();
+                counts.documents += batch.len() as u64;
+                self.counters.documents.fetch_add(batch.len() as u64, Ordering::Relaxed);
+                self.counters.tokens.fetch_add(tokens, Ordering::Relaxed);
+                let read = reader.input_bytes_read();
+                self.counters.input_bytes.fetch_add(read - reported_bytes, Ordering::Relaxed);
+                reported_bytes = read;
+                batch.clear();
+                batch_bytes = 0;
+            }
+        }
+        // Count the bytes not yet reported (compressed tails, filtered records).
+        self.counters.input_bytes.fetch_add(task.input.size.saturating_sub(reported_bytes), Ordering::Relaxed);
+        let stats = packer.finish();
+        let files = writer.finish()?;
+        counts.skipped_records = skipped;
+        counts.rows = files.iter().map(|f| f.rows).sum();
+        counts.tokens = files.iter().map(|f| f.tokens).sum();
+        counts.remainder_tokens = stats.remainder_tokens;
+        counts.truncated_tokens = stats.truncated_tokens;
+        let record = ShardRecord {
+            split: task.split.clone(),
+            shard: task.shard,
+            input: InputRecord::new(&task.input, &task.hash),
+            encoder: kind,
+            counts,
+            files,
+            seconds: started.elapsed().as_secs_f64(),
+            host: crate::fsutil::host_name(),
+            pid: std::process::id(),
+        };
+        let record_path = self.build.shard_record(&task.split, task.shard);
+        crate::fsutil::write_json_atomic(&record_path, &record).map_err(|source| ShardError::Record { path: record_path, source })?;
+        self.counters.shards_done.fetch_add(1, Ordering::Relaxed);
+        Ok(record)
+    }
+
+    /// Encodes documents in parallel (order kept), checking sampled documents
+    /// against the reference encoder when the fast one is used.
+    fn encode_batch(&self, path: &std::path::Path, batch: &[Document], first_index: u64, kind: EncoderKind) -> Result<Vec<Vec<u32>>, ShardError> {
+        batch
+            .par_iter()
+            .enumerate()
+            .map(|(offset, document)| {
+                let encode_error = |message| ShardError::Encode { path: path.to_path_buf(), record: document.record, message };
+                let ids = self.encoders.encode(&document.text, kind).map_err(encode_error)?;
+                if kind == EncoderKind::FastBytelevelBpe && (first_index + offset as u64).is_multiple_of(SAMPLE_EVERY) {
+                    let reference = self.encoders.encode_reference(&document.text).map_err(encode_error)?;
+                    if reference != ids {
+                        return Err(ShardError::FastPathMismatch { path: path.to_path_buf(), record: document.record });
+                    }
+                }
+                Ok(self.encoders.with_bos_eos(ids))
+            })
+            .collect()
+    }
+}

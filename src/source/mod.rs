@@ -1,0 +1,221 @@
+//! Streaming readers that turn raw shards into documents: JSON lines (plain, zstd,
+//! gzip) and Parquet. Memory stays bounded by one record (or one Parquet batch),
+//! whatever the shard's size.
+
+mod jsonl;
+mod parquet;
+
+use std::collections::{BTreeMap, HashSet};
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use serde_json::Value;
+
+use crate::spec::{FilterSpec, SourceFormat};
+
+/// One document kept by the selector.
+#[derive(Debug)]
+pub struct Document {
+    pub text: String,
+    /// 1-based line (JSON lines) or row (Parquet) number, for error messages.
+    pub record: u64,
+}
+
+/// What a reader yields for each record.
+#[derive(Debug)]
+pub enum Item {
+    Document(Document),
+    /// Dropped by a filter (field value or length).
+    Filtered,
+    Bad { record: u64, problem: RecordProblem },
+}
+
+/// Why a record cannot be used. `reason()` is the key counted in the manifest.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RecordProblem {
+    MalformedJson(String),
+    InvalidUtf8 { byte: usize },
+    MissingText { field: String },
+    NonStringText { field: String },
+}
+
+impl RecordProblem {
+    pub fn reason(&self) -> &'static str {
+        match self {
+            RecordProblem::MalformedJson(_) => "malformed_json",
+            RecordProblem::InvalidUtf8 { .. } => "invalid_utf8",
+            RecordProblem::MissingText { .. } => "missing_text",
+            RecordProblem::NonStringText { .. } => "non_string_text",
+        }
+    }
+}
+
+impl fmt::Display for RecordProblem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            RecordProblem::MalformedJson(message) => write!(f, "malformed JSON ({message})"),
+            RecordProblem::InvalidUtf8 { byte } => write!(f, "invalid UTF-8 at byte {byte} of the line"),
+            RecordProblem::MissingText { field } => write!(f, "no text field {field:?}"),
+            RecordProblem::NonStringText { field } => write!(f, "field {field:?} is not a string"),
+        }
+    }
+}
+
+/// Failures that stop reading a whole file.
+#[derive(Debug, thiserror::Error)]
+pub enum SourceError {
+    #[error("cannot open input {path}: {source}")]
+    Open { path: PathBuf, source: std::io::Error },
+    #[error(
+        "input {path}: read failed after record {record}: {source}; the file looks truncated or corrupt: re-copy or regenerate it, or remove it from the spec"
+    )]
+    Read { path: PathBuf, record: u64, source: std::io::Error },
+    #[error("input {path} is not a readable Parquet file: {message}")]
+    Parquet { path: PathBuf, message: String },
+    #[error("input {path}: {message}")]
+    Column { path: PathBuf, message: String },
+    #[error("cannot tell the format of input {path} from its name; set source.format to jsonl, jsonl.zst, jsonl.gz or parquet")]
+    UnknownFormat { path: PathBuf },
+}
+
+/// A stream of records from one input file.
+pub trait DocumentReader: Send {
+    fn next_item(&mut self) -> Result<Option<Item>, SourceError>;
+    /// Bytes of the input file consumed so far, for progress.
+    fn input_bytes_read(&self) -> u64;
+}
+
+/// Opens `path` for reading, detecting the format from the file name when `auto`.
+pub fn open(path: &Path, format: SourceFormat, selector: &Selector) -> Result<Box<dyn DocumentReader>, SourceError> {
+    let format = match format {
+        SourceFormat::Auto => detect_format(path)?,
+        explicit => explicit,
+    };
+    match format {
+        SourceFormat::Parquet => Ok(Box::new(parquet::ParquetReader::open(path, selector.clone())?)),
+        other => Ok(Box::new(jsonl::JsonlReader::open(path, other, selector.clone())?)),
+    }
+}
+
+fn detect_format(path: &Path) -> Result<SourceFormat, SourceError> {
+    let name = path.file_name().map(|n| n.to_string_lossy().to_lowercase()).unwrap_or_default();
+    let format = if name.ends_with(".zst") || name.ends_with(".zstd") {
+        SourceFormat::JsonlZst
+    } else if name.ends_with(".gz") {
+        SourceFormat::JsonlGz
+    } else if name.ends_with(".parquet") {
+        SourceFormat::Parquet
+    } else if name.ends_with(".jsonl") || name.ends_with(".json") || name.ends_with(".ndjson") {
+        SourceFormat::Jsonl
+    } else {
+        return Err(SourceError::UnknownFormat { path: path.to_path_buf() });
+    };
+    Ok(format)
+}
+
+/// Picks the text out of a record and applies the spec's filters.
+#[derive(Debug, Clone)]
+pub struct Selector {
+    text_field: String,
+    text_path: Vec<String>,
+    field_filters: Vec<(String, Vec<String>, HashSet<String>)>,
+    min_chars: usize,
+    max_chars: Option<usize>,
+}
+
+impl Selector {
+    pub fn new(text_field: &str, filter: &FilterSpec) -> Selector {
+        let split = |path: &str| path.split('.').map(str::to_string).collect::<Vec<_>>();
+        Selector {
+            text_field: text_field.to_string(),
+            text_path: split(text_field),
+            field_filters: filter
+                .field_filters()
+                .into_iter()
+                .map(|(path, allowed)| (path.clone(), split(&path), allowed.into_iter().collect()))
+                .collect(),
+            min_chars: filter.min_chars,
+            max_chars: filter.max_chars,
+        }
+    }
+
+    /// Dotted paths of every column a reader must provide (text first).
+    pub fn columns(&self) -> Vec<String> {
+        std::iter::once(self.text_field.clone()).chain(self.field_filters.iter().map(|(path, _, _)| path.clone())).collect()
+    }
+
+    /// Applies the selection to one parsed JSON record.
+    pub fn select_json(&self, mut record: Value, number: u64) -> Item {
+        for (_, path, allowed) in &self.field_filters {
+            match lookup(&record, path) {
+                Some(Value::String(value)) if allowed.contains(value) => {}
+                _ => return Item::Filtered,
+            }
+        }
+        match lookup_mut(&mut record, &self.text_path).map(Value::take) {
+            Some(Value::String(text)) => self.select_text(text, number),
+            Some(Value::Null) | None => Item::Bad { record: number, problem: RecordProblem::MissingText { field: self.text_field.clone() } },
+            Some(_) => Item::Bad { record: number, problem: RecordProblem::NonStringText { field: self.text_field.clone() } },
+        }
+    }
+
+    /// Applies the filters that need only field values (Parquet rows).
+    pub(super) fn keeps_fields(&self, values: &BTreeMap<&str, Option<&str>>) -> bool {
+        self.field_filters.iter().all(|(path, _, allowed)| matches!(values.get(path.as_str()), Some(Some(v)) if allowed.contains(*v)))
+    }
+
+    pub(super) fn select_text(&self, text: String, number: u64) -> Item {
+        if self.min_chars > 0 || self.max_chars.is_some() {
+            let chars = text.chars().count();
+            if chars < self.min_chars || self.max_chars.is_some_and(|max| chars > max) {
+                return Item::Filtered;
+            }
+        }
+        Item::Document(Document { text, record: number })
+    }
+}
+
+fn lookup<'v>(value: &'v Value, path: &[String]) -> Option<&'v Value> {
+    path.iter().try_fold(value, |value, key| value.get(key))
+}
+
+fn lookup_mut<'v>(value: &'v mut Value, path: &[String]) -> Option<&'v mut Value> {
+    path.iter().try_fold(value, |value, key| value.get_mut(key))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn selector(filter: &str) -> Selector {
+        let filter: FilterSpec = toml::from_str(filter).unwrap();
+        Selector::new("text", &filter)
+    }
+
+    #[test]
+    fn filters_on_pile_set_name_and_length() {
+        let s = selector("min_chars = 3\nmeta.pile_set_name = [\"Github\"]");
+        let keep = json!({"text": "abc", "meta": {"pile_set_name": "Github"}});
+        assert!(matches!(s.select_json(keep, 1), Item::Document(d) if d.text == "abc" && d.record == 1));
+        let other_set = json!({"text": "abc", "meta": {"pile_set_name": "Pile-CC"}});
+        assert!(matches!(s.select_json(other_set, 2), Item::Filtered));
+        let short = json!({"text": "ab", "meta": {"pile_set_name": "Github"}});
+        assert!(matches!(s.select_json(short, 3), Item::Filtered));
+    }
+
+    #[test]
+    fn missing_and_non_string_text_are_bad_records() {
+        let s = selector("");
+        assert!(matches!(s.select_json(json!({"body": "x"}), 4), Item::Bad { record: 4, problem: RecordProblem::MissingText { .. } }));
+        assert!(matches!(s.select_json(json!({"text": 5}), 5), Item::Bad { problem: RecordProblem::NonStringText { .. }, .. }));
+    }
+
+    #[test]
+    fn format_is_detected_from_the_name() {
+        assert_eq!(detect_format(Path::new("a/00.jsonl.zst")).unwrap(), SourceFormat::JsonlZst);
+        assert_eq!(detect_format(Path::new("b.JSONL.GZ")).unwrap(), SourceFormat::JsonlGz);
+        assert_eq!(detect_format(Path::new("c.parquet")).unwrap(), SourceFormat::Parquet);
+        assert!(detect_format(Path::new("d.txt")).is_err());
+    }
+}

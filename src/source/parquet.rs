@@ -1,0 +1,169 @@
+//! Parquet shards: only the text column (and filtered columns) are read, one
+//! record batch at a time.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::fs::File;
+use std::path::{Path, PathBuf};
+
+use arrow_array::cast::AsArray;
+use arrow_array::{Array, ArrayRef, RecordBatch, StringArray};
+use arrow_schema::DataType;
+use parquet::arrow::ProjectionMask;
+use parquet::arrow::arrow_reader::{ParquetRecordBatchReader, ParquetRecordBatchReaderBuilder};
+
+use super::{DocumentReader, Item, RecordProblem, Selector, SourceError};
+
+const BATCH_ROWS: usize = 1024;
+
+pub struct ParquetReader {
+    path: PathBuf,
+    batches: ParquetRecordBatchReader,
+    pending: VecDeque<Item>,
+    rows_read: u64,
+    total_rows: u64,
+    file_size: u64,
+    selector: Selector,
+}
+
+impl ParquetReader {
+    pub fn open(path: &Path, selector: Selector) -> Result<ParquetReader, SourceError> {
+        let parquet_error = |err: parquet::errors::ParquetError| SourceError::Parquet { path: path.to_path_buf(), message: err.to_string() };
+        let file = File::open(path).map_err(|source| SourceError::Open { path: path.to_path_buf(), source })?;
+        let file_size = file.metadata().map(|m| m.len()).unwrap_or(0);
+        let builder = ParquetRecordBatchReaderBuilder::try_new(file).map_err(parquet_error)?;
+        let columns = selector.columns();
+        for column in &columns {
+            let first = column.split('.').next().unwrap_or(column);
+            if builder.schema().field_with_name(first).is_err() {
+                return Err(SourceError::Column {
+                    path: path.to_path_buf(),
+                    message: format!("no column {column:?}; set source.text_field (or the filter) to one of its columns"),
+                });
+            }
+        }
+        let total_rows = builder.metadata().file_metadata().num_rows().max(0) as u64;
+        let mask = ProjectionMask::columns(builder.parquet_schema(), columns.iter().map(String::as_str));
+        let batches = builder.with_projection(mask).with_batch_size(BATCH_ROWS).build().map_err(parquet_error)?;
+        Ok(ParquetReader { path: path.to_path_buf(), batches, pending: VecDeque::new(), rows_read: 0, total_rows, file_size, selector })
+    }
+
+    fn load_batch(&mut self, batch: RecordBatch) -> Result<(), SourceError> {
+        let columns = self.selector.columns();
+        let strings = columns
+            .iter()
+            .map(|column| self.string_column(&batch, column))
+            .collect::<Result<Vec<_>, _>>()?;
+        let (text, filters) = strings.split_first().expect("columns() always starts with the text column");
+        for row in 0..batch.num_rows() {
+            let number = self.rows_read + row as u64 + 1;
+            let values: BTreeMap<&str, Option<&str>> = columns[1..]
+                .iter()
+                .zip(filters)
+                .map(|(name, array)| (name.as_str(), array.is_valid(row).then(|| array.value(row))))
+                .collect();
+            let item = if !self.selector.keeps_fields(&values) {
+                Item::Filtered
+            } else if text.is_null(row) {
+                Item::Bad { record: number, problem: RecordProblem::MissingText { field: columns[0].clone() } }
+            } else {
+                self.selector.select_text(text.value(row).to_string(), number)
+            };
+            self.pending.push_back(item);
+        }
+        self.rows_read += batch.num_rows() as u64;
+        Ok(())
+    }
+
+    /// The column at a dotted path, as UTF-8 strings.
+    fn string_column(&self, batch: &RecordBatch, column: &str) -> Result<StringArray, SourceError> {
+        let column_error = |message: String| SourceError::Column { path: self.path.clone(), message };
+        let mut parts = column.split('.');
+        let first = parts.next().unwrap_or(column);
+        let mut array: ArrayRef =
+            batch.column_by_name(first).cloned().ok_or_else(|| column_error(format!("no column {column:?}")))?;
+        for part in parts {
+            let DataType::Struct(_) = array.data_type() else {
+                return Err(column_error(format!("column {column:?}: {part:?} is not inside a struct")));
+            };
+            array = array
+                .as_struct()
+                .column_by_name(part)
+                .cloned()
+                .ok_or_else(|| column_error(format!("no column {column:?}")))?;
+        }
+        let strings = arrow_cast::cast(&array, &DataType::Utf8)
+            .map_err(|err| column_error(format!("column {column:?} is not text ({err})")))?;
+        Ok(strings.as_string::<i32>().clone())
+    }
+}
+
+impl DocumentReader for ParquetReader {
+    fn next_item(&mut self) -> Result<Option<Item>, SourceError> {
+        loop {
+            if let Some(item) = self.pending.pop_front() {
+                return Ok(Some(item));
+            }
+            match self.batches.next() {
+                None => return Ok(None),
+                Some(Err(err)) => return Err(SourceError::Parquet { path: self.path.clone(), message: err.to_string() }),
+                Some(Ok(batch)) => self.load_batch(batch)?,
+            }
+        }
+    }
+
+    fn input_bytes_read(&self) -> u64 {
+        if self.total_rows == 0 { self.file_size } else { self.file_size * self.rows_read / self.total_rows }
+    }
+}
+
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::spec::FilterSpec;
+    use arrow_array::StructArray;
+    use arrow_schema::{Field, Schema};
+    use std::sync::Arc;
+
+    #[test]
+    fn reads_text_and_filters_on_a_struct_field() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("a.parquet");
+        let text = Arc::new(StringArray::from(vec![Some("one"), None, Some("three")])) as ArrayRef;
+        let set = Arc::new(StringArray::from(vec!["Github", "Github", "Pile-CC"])) as ArrayRef;
+        let meta = StructArray::from(vec![(Arc::new(Field::new("pile_set_name", DataType::Utf8, false)), set)]);
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("text", DataType::Utf8, true),
+            Field::new("meta", meta.data_type().clone(), false),
+        ]));
+        let batch = RecordBatch::try_new(schema.clone(), vec![text, Arc::new(meta)]).unwrap();
+        let mut writer = parquet::arrow::ArrowWriter::try_new(File::create(&path).unwrap(), schema, None).unwrap();
+        writer.write(&batch).unwrap();
+        writer.close().unwrap();
+
+        let filter: FilterSpec = toml::from_str("meta.pile_set_name = [\"Github\"]").unwrap();
+        let mut reader = ParquetReader::open(&path, Selector::new("text", &filter)).unwrap();
+        let mut seen = Vec::new();
+        while let Some(item) = reader.next_item().unwrap() {
+            seen.push(match item {
+                Item::Document(d) => format!("{}:{}", d.record, d.text),
+                Item::Filtered => "filtered".into(),
+                Item::Bad { record, problem } => format!("{record}:{}", problem.reason()),
+            });
+        }
+        assert_eq!(seen, ["1:one", "2:missing_text", "filtered"]);
+    }
+
+    #[test]
+    fn missing_text_column_is_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("b.parquet");
+        let schema = Arc::new(Schema::new(vec![Field::new("body", DataType::Utf8, false)]));
+        let batch = RecordBatch::try_new(schema.clone(), vec![Arc::new(StringArray::from(vec!["x"])) as ArrayRef]).unwrap();
+        let mut writer = parquet::arrow::ArrowWriter::try_new(File::create(&path).unwrap(), schema, None).unwrap();
+        writer.write(&batch).unwrap();
+        writer.close().unwrap();
+        let err = ParquetReader::open(&path, Selector::new("text", &FilterSpec::default())).err().unwrap().to_string();
+        assert!(err.contains("b.parquet") && err.contains("\"text\""), "{err}");
+    }
+}

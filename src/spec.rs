@@ -1,0 +1,409 @@
+//! The pipeline spec: a TOML file naming the raw inputs and how to turn them into
+//! training sequences, and its canonical form for the fingerprint.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Deserializer, Serialize};
+use serde_json::json;
+
+/// Errors found while reading a spec. The TOML parser's messages already carry the
+/// line, column and the offending field.
+#[derive(Debug, thiserror::Error)]
+pub enum SpecError {
+    #[error("cannot read spec {path}: {source}")]
+    Read { path: PathBuf, source: std::io::Error },
+    #[error("invalid spec {path}: {message}")]
+    Parse { path: PathBuf, message: String },
+    #[error("invalid spec {path}: {problem}")]
+    Invalid { path: PathBuf, problem: String },
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Spec {
+    /// Human name, used for `by-name/<name>`; not part of the fingerprint.
+    pub name: String,
+    /// Split name -> globs, relative to the spec file's directory or absolute.
+    pub splits: BTreeMap<String, Globs>,
+    #[serde(default)]
+    pub source: SourceSpec,
+    #[serde(default)]
+    pub filter: FilterSpec,
+    pub tokenizer: TokenizerSpec,
+    #[serde(default)]
+    pub sequence: SequenceSpec,
+    #[serde(default)]
+    pub output: OutputSpec,
+    /// Directory relative paths are resolved against (the spec file's directory).
+    #[serde(skip)]
+    pub base_dir: PathBuf,
+}
+
+/// One glob or a list of globs.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+pub enum Globs {
+    One(String),
+    Many(Vec<String>),
+}
+
+impl Globs {
+    pub fn patterns(&self) -> &[String] {
+        match self {
+            Globs::One(one) => std::slice::from_ref(one),
+            Globs::Many(many) => many,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SourceSpec {
+    pub format: SourceFormat,
+    /// Dotted path of the text field in each record (`text`, or `content.body`).
+    pub text_field: String,
+    pub on_bad_record: BadRecordPolicy,
+}
+
+impl Default for SourceSpec {
+    fn default() -> Self {
+        Self { format: SourceFormat::Auto, text_field: "text".into(), on_bad_record: BadRecordPolicy::Fail }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+pub enum SourceFormat {
+    #[serde(rename = "auto")]
+    Auto,
+    #[serde(rename = "jsonl")]
+    Jsonl,
+    #[serde(rename = "jsonl.zst")]
+    JsonlZst,
+    #[serde(rename = "jsonl.gz")]
+    JsonlGz,
+    #[serde(rename = "parquet")]
+    Parquet,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum BadRecordPolicy {
+    /// Stop at the first bad record, publish nothing.
+    Fail,
+    /// Skip bad records and count them per reason in the manifest.
+    Skip,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct FilterSpec {
+    /// Minimum text length in characters.
+    pub min_chars: usize,
+    pub max_chars: Option<usize>,
+    /// `meta.<key> = [allowed values]`, as Pile records carry `meta.pile_set_name`.
+    pub meta: BTreeMap<String, Vec<String>>,
+    /// `"<dotted.path>" = [allowed values]` for any other field.
+    pub fields: BTreeMap<String, Vec<String>>,
+}
+
+impl FilterSpec {
+    /// Every field filter as (dotted path, allowed values).
+    pub fn field_filters(&self) -> Vec<(String, Vec<String>)> {
+        let meta = self.meta.iter().map(|(key, values)| (format!("meta.{key}"), values.clone()));
+        let fields = self.fields.iter().map(|(path, values)| (path.clone(), values.clone()));
+        meta.chain(fields).collect()
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TokenizerSpec {
+    /// A Hugging Face `tokenizer.json`.
+    pub path: Option<PathBuf>,
+    /// GPT-2 style `vocab.json` + `merges.txt`, as an alternative to `path`.
+    pub vocab: Option<PathBuf>,
+    pub merges: Option<PathBuf>,
+    /// A tokenizer embedded in the binary: `"gpt2"`.
+    pub builtin: Option<String>,
+    #[serde(default)]
+    pub add_special_tokens: bool,
+    /// Add BOS/EOS only where the tokenizer does not already (epochraft semantics).
+    #[serde(default = "default_true")]
+    pub ensure_bos_eos: bool,
+    pub bos_token: Option<String>,
+    pub eos_token: Option<String>,
+    /// Use the fast byte-level BPE encoder where it is provably equivalent.
+    /// Execution-only: not part of the fingerprint.
+    #[serde(default = "default_true")]
+    pub fast_path: bool,
+}
+
+fn default_true() -> bool {
+    true
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SequenceSpec {
+    pub pack: PackMode,
+    pub seq_len: usize,
+    /// Also write `labels` = `input_ids` (run_clm convention).
+    pub labels: bool,
+    /// Also write an all-ones `attention_mask` (int8, as `datasets` stores it).
+    pub attention_mask: bool,
+}
+
+impl Default for SequenceSpec {
+    fn default() -> Self {
+        Self { pack: PackMode::Concat, seq_len: 1024, labels: false, attention_mask: false }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PackMode {
+    /// Join documents and cut into `seq_len` blocks, per input shard (run_clm `group_texts`).
+    Concat,
+    /// One row per document, cut at `seq_len`.
+    Truncate,
+    /// One row per document, whole.
+    None,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct OutputSpec {
+    pub token_type: TokenType,
+    #[serde(deserialize_with = "deserialize_size")]
+    pub target_shard_bytes: u64,
+}
+
+impl Default for OutputSpec {
+    fn default() -> Self {
+        Self { token_type: TokenType::Int32, target_shard_bytes: 512 << 20 }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TokenType {
+    Int32,
+    Uint16,
+    Uint32,
+}
+
+impl TokenType {
+    /// The `datasets` dtype name.
+    pub fn dtype(self) -> &'static str {
+        match self {
+            TokenType::Int32 => "int32",
+            TokenType::Uint16 => "uint16",
+            TokenType::Uint32 => "uint32",
+        }
+    }
+
+    /// Largest vocabulary this type can hold.
+    pub fn max_vocab(self) -> u64 {
+        match self {
+            TokenType::Int32 => i32::MAX as u64 + 1,
+            TokenType::Uint16 => u16::MAX as u64 + 1,
+            TokenType::Uint32 => u32::MAX as u64 + 1,
+        }
+    }
+}
+
+fn deserialize_size<'de, D: Deserializer<'de>>(deserializer: D) -> Result<u64, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Size {
+        Bytes(u64),
+        Text(String),
+    }
+    match Size::deserialize(deserializer)? {
+        Size::Bytes(bytes) => Ok(bytes),
+        Size::Text(text) => parse_size::parse_size(&text)
+            .map_err(|err| serde::de::Error::custom(format!("invalid size {text:?} ({err}); write e.g. \"512MiB\""))),
+    }
+}
+
+impl Spec {
+    /// Reads and validates a spec file.
+    pub fn load(path: &Path) -> Result<Spec, SpecError> {
+        let text = fs_err::read_to_string(path)
+            .map_err(|source| SpecError::Read { path: path.to_path_buf(), source })?;
+        let base_dir = path
+            .canonicalize()
+            .ok()
+            .and_then(|p| p.parent().map(Path::to_path_buf))
+            .unwrap_or_else(|| PathBuf::from("."));
+        Spec::parse(&text, path, base_dir)
+    }
+
+    /// Parses spec text; `path` is only used in messages.
+    pub fn parse(text: &str, path: &Path, base_dir: PathBuf) -> Result<Spec, SpecError> {
+        let mut spec: Spec = toml::from_str(text)
+            .map_err(|err| SpecError::Parse { path: path.to_path_buf(), message: err.to_string().trim_end().to_string() })?;
+        spec.base_dir = base_dir;
+        spec.validate().map_err(|problem| SpecError::Invalid { path: path.to_path_buf(), problem })?;
+        Ok(spec)
+    }
+
+    fn validate(&self) -> Result<(), String> {
+        check_component("name", &self.name)?;
+        if self.splits.is_empty() {
+            return Err("[splits] is empty: name at least one split, e.g. train = [\"data/*.jsonl.zst\"]".into());
+        }
+        for (split, globs) in &self.splits {
+            check_component("split name", split)?;
+            if globs.patterns().is_empty() {
+                return Err(format!("split {split:?} lists no input globs"));
+            }
+        }
+        let sources = [self.tokenizer.path.is_some(), self.tokenizer.vocab.is_some(), self.tokenizer.builtin.is_some()];
+        if sources.iter().filter(|s| **s).count() != 1 {
+            return Err("[tokenizer] needs exactly one of path = \"tokenizer.json\", vocab + merges, or builtin = \"gpt2\"".into());
+        }
+        if self.tokenizer.vocab.is_some() != self.tokenizer.merges.is_some() {
+            return Err("[tokenizer] vocab and merges go together".into());
+        }
+        if self.sequence.pack != PackMode::None && self.sequence.seq_len == 0 {
+            return Err("sequence.seq_len must be at least 1".into());
+        }
+        if let Some(max) = self.filter.max_chars
+            && max < self.filter.min_chars
+        {
+            return Err(format!("filter.max_chars ({max}) is below filter.min_chars ({})", self.filter.min_chars));
+        }
+        if self.output.target_shard_bytes < 1 << 20 {
+            return Err("output.target_shard_bytes must be at least 1MiB".into());
+        }
+        if self.source.text_field.is_empty() {
+            return Err("source.text_field is empty".into());
+        }
+        Ok(())
+    }
+
+    /// Resolves a path from the spec against the spec file's directory.
+    pub fn resolve(&self, path: &Path) -> PathBuf {
+        if path.is_absolute() { path.to_path_buf() } else { self.base_dir.join(path) }
+    }
+
+    /// Everything that changes the output, with defaults filled in. Cosmetic and
+    /// execution-only fields (`name`, the glob text, the tokenizer's location,
+    /// `fast_path`) are left out: the tokenizer and the inputs enter the fingerprint
+    /// by content instead.
+    pub fn canonical(&self) -> serde_json::Value {
+        json!({
+            "splits": self.splits.keys().collect::<Vec<_>>(),
+            "source": {
+                "text_field": self.source.text_field,
+                "on_bad_record": self.source.on_bad_record,
+            },
+            "filter": {
+                "min_chars": self.filter.min_chars,
+                "max_chars": self.filter.max_chars,
+                "fields": self.filter.field_filters().into_iter().collect::<BTreeMap<_, _>>(),
+            },
+            "tokenizer": {
+                "add_special_tokens": self.tokenizer.add_special_tokens,
+                "ensure_bos_eos": self.tokenizer.ensure_bos_eos,
+                "bos_token": self.tokenizer.bos_token,
+                "eos_token": self.tokenizer.eos_token,
+            },
+            "sequence": {
+                "pack": self.sequence.pack,
+                "seq_len": if self.sequence.pack == PackMode::None { 0 } else { self.sequence.seq_len },
+                "labels": self.sequence.labels,
+                "attention_mask": self.sequence.attention_mask,
+            },
+            "output": {
+                "token_type": self.output.token_type,
+                "target_shard_bytes": self.output.target_shard_bytes,
+            },
+        })
+    }
+}
+
+/// Names become path components: keep them to a safe alphabet.
+fn check_component(what: &str, value: &str) -> Result<(), String> {
+    let ok = !value.is_empty()
+        && !value.starts_with('.')
+        && value.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
+    if ok {
+        Ok(())
+    } else {
+        Err(format!("{what} {value:?} must be non-empty, use only letters, digits, '-', '_', '.', and not start with '.'"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> Result<Spec, SpecError> {
+        Spec::parse(text, Path::new("test.toml"), PathBuf::from("/data"))
+    }
+
+    const MINIMAL: &str = r#"
+name = "pile-gpt2"
+[splits]
+train = "train/*.jsonl.zst"
+[tokenizer]
+builtin = "gpt2"
+"#;
+
+    #[test]
+    fn minimal_spec_gets_documented_defaults() {
+        let spec = parse(MINIMAL).unwrap();
+        assert_eq!(spec.sequence.pack, PackMode::Concat);
+        assert_eq!(spec.sequence.seq_len, 1024);
+        assert_eq!(spec.output.token_type, TokenType::Int32);
+        assert_eq!(spec.output.target_shard_bytes, 512 << 20);
+        assert_eq!(spec.source.text_field, "text");
+        assert!(spec.tokenizer.ensure_bos_eos);
+        assert_eq!(spec.resolve(Path::new("x.json")), PathBuf::from("/data/x.json"));
+    }
+
+    #[test]
+    fn unknown_field_is_named_with_its_line() {
+        let err = parse(&format!("{MINIMAL}\n[sequence]\nseq_length = 5\n")).unwrap_err().to_string();
+        assert!(err.contains("seq_length"), "{err}");
+        assert!(err.contains("line 9"), "{err}");
+        assert!(err.contains("test.toml"), "{err}");
+    }
+
+    #[test]
+    fn pile_meta_filter_becomes_dotted_path() {
+        let spec = parse(&format!("{MINIMAL}\n[filter]\nmeta.pile_set_name = [\"Github\"]\nmin_chars = 3\n")).unwrap();
+        assert_eq!(spec.filter.field_filters(), vec![("meta.pile_set_name".to_string(), vec!["Github".to_string()])]);
+    }
+
+    #[test]
+    fn sizes_are_parsed_with_units() {
+        let spec = parse(&format!("{MINIMAL}\n[output]\ntarget_shard_bytes = \"64MiB\"\n")).unwrap();
+        assert_eq!(spec.output.target_shard_bytes, 64 << 20);
+        let err = parse(&format!("{MINIMAL}\n[output]\ntarget_shard_bytes = \"lots\"\n")).unwrap_err();
+        assert!(err.to_string().contains("invalid size"), "{err}");
+    }
+
+    #[test]
+    fn tokenizer_source_must_be_unique() {
+        let err = parse("name='a'\n[splits]\ntrain='x'\n[tokenizer]\nbuiltin='gpt2'\npath='t.json'\n").unwrap_err();
+        assert!(err.to_string().contains("exactly one"), "{err}");
+    }
+
+    #[test]
+    fn canonical_form_ignores_name_and_globs() {
+        let a = parse(MINIMAL).unwrap();
+        let b = parse(&MINIMAL.replace("pile-gpt2", "other").replace("train/*", "elsewhere/*")).unwrap();
+        assert_eq!(a.canonical(), b.canonical());
+        let c = parse(&format!("{MINIMAL}\n[sequence]\nseq_len = 512\n")).unwrap();
+        assert_ne!(a.canonical(), c.canonical());
+    }
+
+    #[test]
+    fn unsafe_names_are_refused() {
+        assert!(parse(&MINIMAL.replace("pile-gpt2", "../x")).is_err());
+    }
+}

@@ -1,0 +1,253 @@
+//! Tokenizer loading and encoding: a Hugging Face tokenizer (file, vocab + merges,
+//! or the embedded GPT-2) as the reference, the guarded fast path beside it, and
+//! the BOS/EOS rule.
+
+mod bytelevel;
+mod fast;
+mod gpt2;
+
+use std::path::PathBuf;
+
+use serde_json::Value;
+
+use crate::spec::Spec;
+pub use fast::FastEncoder;
+
+#[derive(Debug, thiserror::Error)]
+pub enum TokenizerError {
+    #[error("cannot load tokenizer {source_name}: {message}; give a Hugging Face tokenizer.json (or vocab.json + merges.txt), or builtin = \"gpt2\"")]
+    Load { source_name: String, message: String },
+    #[error("unknown builtin tokenizer {0:?}; the embedded one is \"gpt2\"")]
+    UnknownBuiltin(String),
+    #[error("tokenizer {source_name} has {vocab_size} tokens, more than output.token_type = \"{token_type}\" holds; use \"int32\" or \"uint32\"")]
+    VocabTooLarge { source_name: String, vocab_size: u64, token_type: &'static str },
+    #[error("tokenizer {source_name} has no token {token:?} (tokenizer.{field}); set tokenizer.{field} to one of its special tokens")]
+    MissingSpecial { source_name: String, token: String, field: &'static str },
+    #[error("cannot tell the BOS/EOS tokens of {source_name}; set tokenizer.bos_token and tokenizer.eos_token, or ensure_bos_eos = false")]
+    UnknownBosEos { source_name: String },
+}
+
+/// Which encoder produced a shard's ids.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EncoderKind {
+    /// tiktoken's byte-level BPE core, guarded by sampled comparison.
+    FastBytelevelBpe,
+    /// The Hugging Face `tokenizers` crate.
+    Tokenizers,
+}
+
+/// The text of the tokenizer named by the spec, before parsing.
+fn tokenizer_text(spec: &Spec) -> Result<(String, String), TokenizerError> {
+    let tokenizer = &spec.tokenizer;
+    if let Some(name) = &tokenizer.builtin {
+        if name != "gpt2" {
+            return Err(TokenizerError::UnknownBuiltin(name.clone()));
+        }
+        let json = gpt2::builtin_tokenizer_json().map_err(|message| TokenizerError::Load { source_name: "builtin gpt2".into(), message })?;
+        return Ok(("builtin gpt2".into(), json.to_string()));
+    }
+    if let (Some(vocab), Some(merges)) = (&tokenizer.vocab, &tokenizer.merges) {
+        let (vocab, merges) = (spec.resolve(vocab), spec.resolve(merges));
+        let source_name = format!("{} + {}", vocab.display(), merges.display());
+        let json = gpt2::tokenizer_json_from_files(&vocab, &merges).map_err(|message| TokenizerError::Load { source_name: source_name.clone(), message })?;
+        return Ok((source_name, json));
+    }
+    let path: PathBuf = spec.resolve(tokenizer.path.as_deref().unwrap_or_else(|| std::path::Path::new("tokenizer.json")));
+    let source_name = path.display().to_string();
+    let json = fs_err::read_to_string(&path).map_err(|err| TokenizerError::Load { source_name: source_name.clone(), message: err.to_string() })?;
+    Ok((source_name, json))
+}
+
+fn parse(source_name: &str, json: &str) -> Result<tokenizers::Tokenizer, TokenizerError> {
+    json.parse::<tokenizers::Tokenizer>().map_err(|err| TokenizerError::Load { source_name: source_name.to_string(), message: err.to_string() })
+}
+
+/// The tokenizer's identity for the fingerprint: a hash of its canonical
+/// serialization, so formatting of the file does not matter.
+pub fn identity(spec: &Spec) -> Result<blake3::Hash, TokenizerError> {
+    if spec.tokenizer.builtin.as_deref() == Some("gpt2") {
+        // The embedded vocabulary only changes with ferry's FORMAT_VERSION.
+        return Ok(blake3::hash(b"ferry builtin tokenizer gpt2 (tiktoken r50k_base)"));
+    }
+    let (source_name, json) = tokenizer_text(spec)?;
+    let tokenizer = parse(&source_name, &json)?;
+    let canonical = tokenizer.to_string(false).map_err(|err| TokenizerError::Load { source_name, message: err.to_string() })?;
+    Ok(blake3::hash(canonical.as_bytes()))
+}
+
+/// Tokens to put around every document.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct BosEos {
+    pub prepend: Option<u32>,
+    pub append: Option<u32>,
+}
+
+/// A loaded tokenizer with everything needed to encode documents.
+pub struct Encoders {
+    pub source_name: String,
+    reference: tokenizers::Tokenizer,
+    fast: Option<FastEncoder>,
+    /// Why the fast path is off, when it is.
+    pub fast_unavailable: Option<String>,
+    add_special_tokens: bool,
+    pub bos_eos: BosEos,
+    pub vocab_size: u64,
+}
+
+impl Encoders {
+    pub fn load(spec: &Spec) -> Result<Encoders, TokenizerError> {
+        let (source_name, json) = tokenizer_text(spec)?;
+        let mut reference = parse(&source_name, &json)?;
+        // Truncation or padding stored in a tokenizer.json would silently cut or pad
+        // documents; packing is ferry's job.
+        reference
+            .with_truncation(None)
+            .map_err(|err| TokenizerError::Load { source_name: source_name.clone(), message: err.to_string() })?;
+        reference.with_padding(None);
+        let vocab_size = reference.get_vocab(true).values().copied().max().map_or(0, |max| max as u64 + 1);
+        let token_type = spec.output.token_type;
+        if vocab_size > token_type.max_vocab() {
+            return Err(TokenizerError::VocabTooLarge { source_name, vocab_size, token_type: token_type.dtype() });
+        }
+        let add_special_tokens = spec.tokenizer.add_special_tokens;
+        let bos_eos = if spec.tokenizer.ensure_bos_eos { bos_eos_to_add(spec, &source_name, &reference)? } else { BosEos::default() };
+
+        let (fast, fast_unavailable) = if !spec.tokenizer.fast_path {
+            (None, Some("tokenizer.fast_path = false".to_string()))
+        } else {
+            match fast_encoder(&reference, add_special_tokens) {
+                Ok(fast) => (Some(fast), None),
+                Err(reason) => (None, Some(reason)),
+            }
+        };
+        Ok(Encoders { source_name, reference, fast, fast_unavailable, add_special_tokens, bos_eos, vocab_size })
+    }
+
+    pub fn fast_available(&self) -> bool {
+        self.fast.is_some()
+    }
+
+    /// Ids of one document with the reference encoder, before BOS/EOS.
+    pub fn encode_reference(&self, text: &str) -> Result<Vec<u32>, String> {
+        self.reference.encode_fast(text, self.add_special_tokens).map(|e| e.get_ids().to_vec()).map_err(|err| err.to_string())
+    }
+
+    /// Ids of one document with the chosen encoder, before BOS/EOS.
+    pub fn encode(&self, text: &str, kind: EncoderKind) -> Result<Vec<u32>, String> {
+        if kind == EncoderKind::FastBytelevelBpe
+            && let Some(ids) = self.fast.as_ref().and_then(|fast| fast.encode(text))
+        {
+            return Ok(ids);
+        }
+        self.encode_reference(text)
+    }
+
+    /// Wraps ids in the BOS/EOS tokens the rule asks for.
+    pub fn with_bos_eos(&self, ids: Vec<u32>) -> Vec<u32> {
+        let BosEos { prepend, append } = self.bos_eos;
+        if prepend.is_none() && append.is_none() {
+            return ids;
+        }
+        let mut out = Vec::with_capacity(ids.len() + 2);
+        out.extend(prepend);
+        out.extend(ids);
+        out.extend(append);
+        out
+    }
+}
+
+/// The fast path is valid only where the reference's post-processor adds nothing.
+fn fast_encoder(reference: &tokenizers::Tokenizer, add_special_tokens: bool) -> Result<FastEncoder, String> {
+    let serialized: Value = reference.to_string(false).map_err(|e| e.to_string()).and_then(|s| serde_json::from_str(&s).map_err(|e| e.to_string()))?;
+    if add_special_tokens {
+        let with = reference.encode_fast(PROBE_TEXT, true).map_err(|e| e.to_string())?;
+        let without = reference.encode_fast(PROBE_TEXT, false).map_err(|e| e.to_string())?;
+        if with.get_ids() != without.get_ids() {
+            return Err("the post-processor adds special tokens".into());
+        }
+    }
+    FastEncoder::for_tokenizer(&serialized)
+}
+
+const PROBE_TEXT: &str = "Hello world!";
+
+/// Epochraft's `ensure_bos_eos`: find what the tokenizer already adds to a probe
+/// text, then add only what is missing; when BOS and EOS are the same token
+/// (GPT-2, GPT-NeoX) one is enough, and it is appended.
+fn bos_eos_to_add(spec: &Spec, source_name: &str, reference: &tokenizers::Tokenizer) -> Result<BosEos, TokenizerError> {
+    let vocab = reference.get_vocab(true);
+    let find = |field: &'static str, configured: &Option<String>, candidates: &[&str]| -> Result<Option<u32>, TokenizerError> {
+        match configured {
+            Some(token) => vocab.get(token).copied().map(Some).ok_or_else(|| TokenizerError::MissingSpecial {
+                source_name: source_name.to_string(),
+                token: token.clone(),
+                field,
+            }),
+            None => Ok(candidates.iter().find_map(|c| vocab.get(*c).copied())),
+        }
+    };
+    let bos = find("bos_token", &spec.tokenizer.bos_token, &["<s>", "<bos>", "<|begin_of_text|>", "<|endoftext|>", "[CLS]"])?;
+    let eos = find("eos_token", &spec.tokenizer.eos_token, &["</s>", "<eos>", "<|end_of_text|>", "<|endoftext|>", "[SEP]"])?;
+    let (Some(bos), Some(eos)) = (bos, eos) else {
+        return Err(TokenizerError::UnknownBosEos { source_name: source_name.to_string() });
+    };
+    let probe = reference
+        .encode_fast(PROBE_TEXT, spec.tokenizer.add_special_tokens)
+        .map_err(|err| TokenizerError::Load { source_name: source_name.to_string(), message: err.to_string() })?;
+    let ids = probe.get_ids();
+    let bos_added = ids.first() == Some(&bos);
+    let eos_added = ids.last() == Some(&eos);
+    Ok(if bos == eos {
+        BosEos { prepend: None, append: (!bos_added && !eos_added).then_some(eos) }
+    } else {
+        BosEos { prepend: (!bos_added).then_some(bos), append: (!eos_added).then_some(eos) }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::spec::TokenType;
+    use std::path::Path;
+
+    fn gpt2_spec(extra: &str) -> Spec {
+        let text = format!("name='t'\n[splits]\ntrain='x'\n[tokenizer]\nbuiltin='gpt2'\n{extra}");
+        Spec::parse(&text, Path::new("t.toml"), PathBuf::from(".")).unwrap()
+    }
+
+    #[test]
+    fn gpt2_known_ids_and_single_eos() {
+        let encoders = Encoders::load(&gpt2_spec("")).unwrap();
+        assert!(encoders.fast_available(), "{:?}", encoders.fast_unavailable);
+        // GPT-2 ids of "Hello world!" are [15496, 995, 0].
+        for kind in [EncoderKind::FastBytelevelBpe, EncoderKind::Tokenizers] {
+            assert_eq!(encoders.encode("Hello world!", kind).unwrap(), vec![15496, 995, 0]);
+        }
+        assert_eq!(encoders.bos_eos, BosEos { prepend: None, append: Some(50256) });
+        assert_eq!(encoders.with_bos_eos(vec![1, 2]), vec![1, 2, 50256]);
+        assert_eq!(encoders.vocab_size, 50257);
+    }
+
+    #[test]
+    fn added_special_token_in_text_matches_reference() {
+        let encoders = Encoders::load(&gpt2_spec("")).unwrap();
+        let text = "a<|endoftext|> b  \n\n  c's   d";
+        let fast = encoders.encode(text, EncoderKind::FastBytelevelBpe).unwrap();
+        assert_eq!(fast, encoders.encode_reference(text).unwrap());
+        assert!(fast.contains(&50256));
+    }
+
+    #[test]
+    fn uint16_refused_when_vocabulary_does_not_fit_but_gpt2_fits() {
+        let spec = gpt2_spec("[output]\ntoken_type='uint16'\n");
+        assert!(Encoders::load(&spec).is_ok());
+        assert_eq!(TokenType::Uint16.max_vocab(), 65536);
+    }
+
+    #[test]
+    fn missing_configured_eos_is_named() {
+        let err = Encoders::load(&gpt2_spec("eos_token='</s>'\n")).err().unwrap().to_string();
+        assert!(err.contains("</s>") && err.contains("eos_token"), "{err}");
+    }
+}
