@@ -5,7 +5,11 @@ use std::path::PathBuf;
 use clap::{Args, Parser, Subcommand};
 
 #[derive(Debug, Parser)]
-#[command(name = "ferry", version, about = "Tokenize corpora once into a Hugging Face-loadable cache; stage it onto Slurm nodes fast")]
+#[command(
+    name = "ferry",
+    version,
+    about = "Tokenize corpora once into a Hugging Face-loadable cache; stage it onto Slurm nodes fast"
+)]
 pub struct Cli {
     /// More log output (-v: debug, -vv: trace). RUST_LOG overrides.
     #[arg(short, long, global = true, action = clap::ArgAction::Count)]

@@ -13,7 +13,9 @@ use crate::spec::Spec;
 pub enum InputError {
     #[error("invalid glob {pattern:?} in split {split:?}: {message}")]
     BadGlob { split: String, pattern: String, message: String },
-    #[error("glob {pattern:?} in split {split:?} matches no file; check the path (relative globs start at the spec's folder)")]
+    #[error(
+        "glob {pattern:?} in split {split:?} matches no file; check the path (relative globs start at the spec's folder)"
+    )]
     NoMatch { split: String, pattern: String },
     #[error("cannot read input {path}: {source}")]
     Unreadable { path: PathBuf, source: std::io::Error },
@@ -58,7 +60,8 @@ pub fn resolve(spec: &Spec) -> Result<Vec<SplitInputs>, InputError> {
         let mut files: Vec<PathBuf> = Vec::new();
         for pattern in globs.patterns() {
             let resolved = spec.resolve(Path::new(pattern));
-            let bad_glob = |message: String| InputError::BadGlob { split: name.clone(), pattern: pattern.clone(), message };
+            let bad_glob =
+                |message: String| InputError::BadGlob { split: name.clone(), pattern: pattern.clone(), message };
             let mut matches: Vec<PathBuf> = glob::glob(&resolved.to_string_lossy())
                 .map_err(|err| bad_glob(err.to_string()))?
                 .collect::<Result<Vec<_>, _>>()
@@ -84,7 +87,10 @@ pub fn resolve(spec: &Spec) -> Result<Vec<SplitInputs>, InputError> {
 
 /// Content hashes of every input, in order, through the memo: inputs whose
 /// (path, size, mtime) were hashed before cost one small memo read, not a re-read.
-pub fn content_hashes(splits: &[SplitInputs], memo: &ContentHashMemo) -> Result<Vec<(String, Vec<blake3::Hash>)>, InputError> {
+pub fn content_hashes(
+    splits: &[SplitInputs],
+    memo: &ContentHashMemo,
+) -> Result<Vec<(String, Vec<blake3::Hash>)>, InputError> {
     splits
         .iter()
         .map(|split| {

@@ -66,7 +66,12 @@ mod tests {
         let mut packer = Packer::new(mode, seq_len);
         let mut rows = Vec::new();
         for doc in docs {
-            packer.push(doc, |row| Ok::<_, ()>(rows.push(row.to_vec()))).unwrap();
+            packer
+                .push(doc, |row| {
+                    rows.push(row.to_vec());
+                    Ok::<_, ()>(())
+                })
+                .unwrap();
         }
         (rows, packer.finish())
     }

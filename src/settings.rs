@@ -17,6 +17,8 @@ pub fn cache_root(flag: Option<PathBuf>) -> PathBuf {
 /// process may use.
 pub fn workers(flag: Option<usize>) -> usize {
     flag.filter(|n| *n > 0)
-        .or_else(|| std::env::var("SLURM_CPUS_PER_TASK").ok().and_then(|v| v.trim().parse().ok()).filter(|n: &usize| *n > 0))
+        .or_else(|| {
+            std::env::var("SLURM_CPUS_PER_TASK").ok().and_then(|v| v.trim().parse().ok()).filter(|n: &usize| *n > 0)
+        })
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
 }

@@ -230,8 +230,8 @@ fn deserialize_size<'de, D: Deserializer<'de>>(deserializer: D) -> Result<u64, D
 impl Spec {
     /// Reads and validates a spec file.
     pub fn load(path: &Path) -> Result<Spec, SpecError> {
-        let text = fs_err::read_to_string(path)
-            .map_err(|source| SpecError::Read { path: path.to_path_buf(), source })?;
+        let text =
+            fs_err::read_to_string(path).map_err(|source| SpecError::Read { path: path.to_path_buf(), source })?;
         let base_dir = path
             .canonicalize()
             .ok()
@@ -242,8 +242,10 @@ impl Spec {
 
     /// Parses spec text; `path` is only used in messages.
     pub fn parse(text: &str, path: &Path, base_dir: PathBuf) -> Result<Spec, SpecError> {
-        let mut spec: Spec = toml::from_str(text)
-            .map_err(|err| SpecError::Parse { path: path.to_path_buf(), message: err.to_string().trim_end().to_string() })?;
+        let mut spec: Spec = toml::from_str(text).map_err(|err| SpecError::Parse {
+            path: path.to_path_buf(),
+            message: err.to_string().trim_end().to_string(),
+        })?;
         spec.base_dir = base_dir;
         spec.validate().map_err(|problem| SpecError::Invalid { path: path.to_path_buf(), problem })?;
         Ok(spec)
@@ -262,7 +264,10 @@ impl Spec {
         }
         let sources = [self.tokenizer.path.is_some(), self.tokenizer.vocab.is_some(), self.tokenizer.builtin.is_some()];
         if sources.iter().filter(|s| **s).count() != 1 {
-            return Err("[tokenizer] needs exactly one of path = \"tokenizer.json\", vocab + merges, or builtin = \"gpt2\"".into());
+            return Err(
+                "[tokenizer] needs exactly one of path = \"tokenizer.json\", vocab + merges, or builtin = \"gpt2\""
+                    .into(),
+            );
         }
         if self.tokenizer.vocab.is_some() != self.tokenizer.merges.is_some() {
             return Err("[tokenizer] vocab and merges go together".into());
@@ -333,7 +338,9 @@ fn check_component(what: &str, value: &str) -> Result<(), String> {
     if ok {
         Ok(())
     } else {
-        Err(format!("{what} {value:?} must be non-empty, use only letters, digits, '-', '_', '.', and not start with '.'"))
+        Err(format!(
+            "{what} {value:?} must be non-empty, use only letters, digits, '-', '_', '.', and not start with '.'"
+        ))
     }
 }
 

@@ -25,7 +25,10 @@ fn prepare_builds_once_then_hits_the_cache() {
     assert!(entry.join("manifest.json").is_file());
     assert!(entry.join("dataset_dict.json").is_file());
     assert!(entry.join("train/state.json").is_file());
-    assert_eq!(std::fs::read_link(env.cache().join("by-name/small")).unwrap(), std::path::Path::new("../entries").join(&fingerprint[..16]));
+    assert_eq!(
+        std::fs::read_link(env.cache().join("by-name/small")).unwrap(),
+        std::path::Path::new("../entries").join(&fingerprint[..16])
+    );
     assert!(!env.cache().join("building").join(&fingerprint[..16]).exists(), "build directory removed after publish");
     let rows = first["totals"]["rows"].as_u64().unwrap();
     assert!(rows > 10, "{first}");
@@ -100,7 +103,9 @@ fn fingerprint_follows_the_tokenizer_content_not_its_formatting() {
     let mut smaller = gpt2.clone();
     smaller["model"]["merges"].as_array_mut().unwrap().pop();
     env.write("tok/smaller.json", smaller.to_string());
-    let spec_with = |path: &str| gpt2_spec("t", "data/*.jsonl.zst", SMALL_SEQ).replace("builtin = \"gpt2\"", &format!("path = \"{path}\""));
+    let spec_with = |path: &str| {
+        gpt2_spec("t", "data/*.jsonl.zst", SMALL_SEQ).replace("builtin = \"gpt2\"", &format!("path = \"{path}\""))
+    };
     let compact = fingerprint_of(&env, &spec_with("tok/compact.json"));
     assert_eq!(fingerprint_of(&env, &spec_with("tok/pretty.json")), compact);
     assert_ne!(fingerprint_of(&env, &spec_with("tok/smaller.json")), compact);
@@ -111,7 +116,9 @@ fn cache_hit_of_a_thousand_shards_reads_no_shard_bytes() {
     let env = TestEnv::new();
     let mut shards = Vec::new();
     for i in 0..1000 {
-        let line = format!("{{\"text\": \"document number {i} of the corpus\", \"meta\": {{\"pile_set_name\": \"Pile-CC\"}}}}\n");
+        let line = format!(
+            "{{\"text\": \"document number {i} of the corpus\", \"meta\": {{\"pile_set_name\": \"Pile-CC\"}}}}\n"
+        );
         shards.push(env.write(&format!("data/{i:04}.jsonl"), line));
     }
     let spec = env.write("spec.toml", gpt2_spec("many", "data/*.jsonl", "[sequence]\npack = \"none\"\n"));

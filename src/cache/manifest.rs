@@ -54,7 +54,12 @@ pub struct InputRecord {
 
 impl InputRecord {
     pub fn new(file: &InputFile, hash: &blake3::Hash) -> InputRecord {
-        InputRecord { path: file.path.display().to_string(), size: file.size, mtime_ns: file.mtime_ns, blake3: hash.to_hex().to_string() }
+        InputRecord {
+            path: file.path.display().to_string(),
+            size: file.size,
+            mtime_ns: file.mtime_ns,
+            blake3: hash.to_hex().to_string(),
+        }
     }
 }
 
@@ -141,11 +146,15 @@ impl Manifest {
     pub fn load(path: &Path) -> Result<Manifest, ManifestError> {
         let shown = path.display().to_string();
         let bytes = std::fs::read(path).map_err(|source| ManifestError::Read { path: shown.clone(), source })?;
-        let manifest: Manifest = serde_json::from_slice(&bytes).map_err(|err| ManifestError::Invalid { path: shown.clone(), message: err.to_string() })?;
+        let manifest: Manifest = serde_json::from_slice(&bytes)
+            .map_err(|err| ManifestError::Invalid { path: shown.clone(), message: err.to_string() })?;
         if manifest.manifest_version != MANIFEST_VERSION {
             return Err(ManifestError::Invalid {
                 path: shown,
-                message: format!("manifest version {} is not {MANIFEST_VERSION}; this entry was made by another ferry version", manifest.manifest_version),
+                message: format!(
+                    "manifest version {} is not {MANIFEST_VERSION}; this entry was made by another ferry version",
+                    manifest.manifest_version
+                ),
             });
         }
         Ok(manifest)

@@ -25,7 +25,9 @@ impl ContentHashMemo {
         }
         let hash = hash_file(file)?;
         // A memo that cannot be written only costs a re-hash next time.
-        if let Err(err) = fsutil::create_dir_all(&self.dir).and_then(|()| fsutil::write_atomic(&memo_path, hash.to_hex().as_bytes())) {
+        if let Err(err) =
+            fsutil::create_dir_all(&self.dir).and_then(|()| fsutil::write_atomic(&memo_path, hash.to_hex().as_bytes()))
+        {
             tracing::warn!(path = %memo_path.display(), error = %err, "cannot write the content-hash memo");
         }
         Ok(hash)

@@ -76,10 +76,14 @@ impl Columns {
         let fields: Vec<Field> = self
             .names_and_types()
             .into_iter()
-            .map(|(name, data_type, _)| Field::new(name, DataType::List(Arc::new(Field::new("item", data_type, true))), true))
+            .map(|(name, data_type, _)| {
+                Field::new(name, DataType::List(Arc::new(Field::new("item", data_type, true))), true)
+            })
             .collect();
         let metadata = json!({"info": {"features": self.features()}}).to_string();
-        Arc::new(Schema::new(fields).with_metadata(std::collections::HashMap::from([("huggingface".to_string(), metadata)])))
+        Arc::new(
+            Schema::new(fields).with_metadata(std::collections::HashMap::from([("huggingface".to_string(), metadata)])),
+        )
     }
 }
 
@@ -118,7 +122,16 @@ struct OpenPart {
 impl<F: Fn(usize) -> PathBuf> PartWriter<F> {
     /// `part_path(k)` names the k-th file.
     pub fn new(columns: Columns, target_bytes: u64, part_path: F) -> Self {
-        PartWriter { columns, schema: columns.schema(), part_path, target_bytes, open: None, offsets: vec![0], values: Vec::new(), finished: Vec::new() }
+        PartWriter {
+            columns,
+            schema: columns.schema(),
+            part_path,
+            target_bytes,
+            open: None,
+            offsets: vec![0],
+            values: Vec::new(),
+            finished: Vec::new(),
+        }
     }
 
     pub fn push_row(&mut self, row: &[u32]) -> Result<(), WriteError> {
@@ -164,7 +177,13 @@ impl<F: Fn(usize) -> PathBuf> PartWriter<F> {
         temp.as_file().sync_all().map_err(io_error)?;
         temp.persist(&path).map_err(|err| io_error(err.error))?;
         let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-        self.finished.push(WrittenFile { path: name, size, blake3: hash.to_hex().to_string(), rows: part.rows, tokens: part.tokens });
+        self.finished.push(WrittenFile {
+            path: name,
+            size,
+            blake3: hash.to_hex().to_string(),
+            rows: part.rows,
+            tokens: part.tokens,
+        });
         Ok(())
     }
 
@@ -200,7 +219,8 @@ fn build_batch(columns: &Columns, schema: &Arc<Schema>, offsets: &[i32], values:
     let input_ids = list(columns.token_data_type(), token_values);
     let mut arrays = vec![input_ids.clone()];
     if columns.attention_mask {
-        arrays.push(list(DataType::Int8, Arc::new(Int8Array::from_iter_values(std::iter::repeat_n(1i8, values.len())))));
+        arrays
+            .push(list(DataType::Int8, Arc::new(Int8Array::from_iter_values(std::iter::repeat_n(1i8, values.len())))));
     }
     if columns.labels {
         arrays.push(input_ids);
@@ -216,8 +236,15 @@ pub fn write_empty_file(path: &Path, columns: &Columns) -> Result<WrittenFile, W
 }
 
 /// Writes a split's `dataset_info.json` and `state.json` for `datasets.load_from_disk`.
-pub fn write_split_metadata(split_dir: &Path, split: &str, data_files: &[String], columns: &Columns, fingerprint: &str) -> io::Result<()> {
-    let info = json!({"citation": "", "description": "", "features": columns.features(), "homepage": "", "license": ""});
+pub fn write_split_metadata(
+    split_dir: &Path,
+    split: &str,
+    data_files: &[String],
+    columns: &Columns,
+    fingerprint: &str,
+) -> io::Result<()> {
+    let info =
+        json!({"citation": "", "description": "", "features": columns.features(), "homepage": "", "license": ""});
     fsutil::write_json_atomic(&split_dir.join("dataset_info.json"), &info)?;
     let state = json!({
         "_data_files": data_files.iter().map(|f| json!({"filename": f})).collect::<Vec<_>>(),

@@ -59,6 +59,9 @@ pub fn run(dir: &Path, progress: ProgressMode) -> anyhow::Result<()> {
         prepared.manifest.timings.tokenize_seconds,
     );
     let by_name = cache.by_name(&spec.name);
-    println!("\nload it with:\n  python3 -c \"import datasets; print(datasets.load_from_disk('{}'))\"", by_name.display());
+    println!(
+        "\nload it with:\n  python3 -c \"import datasets; print(datasets.load_from_disk('{}'))\"",
+        by_name.display()
+    );
     Ok(())
 }

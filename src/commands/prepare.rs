@@ -11,7 +11,13 @@ use crate::prepare::{self, PrepareOptions, Prepared};
 use crate::progress::{self, ProgressMode};
 use crate::spec::Spec;
 
-pub fn run(spec_path: &Path, cache_root: &Path, workers: usize, progress: ProgressMode, as_json: bool) -> anyhow::Result<()> {
+pub fn run(
+    spec_path: &Path,
+    cache_root: &Path,
+    workers: usize,
+    progress: ProgressMode,
+    as_json: bool,
+) -> anyhow::Result<()> {
     let started = Instant::now();
     let spec = Spec::load(spec_path)?;
     let cache = CacheLayout::new(cache_root);

@@ -13,16 +13,19 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 use rayon::prelude::*;
 
 use crate::cache::layout::{CacheLayout, EntryLayout};
-use crate::cache::manifest::{BuildRecord, Counts, InputRecord, Manifest, ManifestError, SplitRecord, Timings, TokenizerRecord, Totals, MANIFEST_VERSION};
+use crate::cache::manifest::{
+    BuildRecord, Counts, InputRecord, MANIFEST_VERSION, Manifest, ManifestError, SplitRecord, Timings, TokenizerRecord,
+    Totals,
+};
 use crate::cache::memo::ContentHashMemo;
 use crate::cache::writer::{Columns, WriteError};
 use crate::fingerprint::{Fingerprint, FingerprintInputs};
+use crate::fsutil;
 use crate::inputs::{self, InputError, SplitInputs};
 use crate::progress::{self, ProgressMode, Reporter};
 use crate::source::Selector;
 use crate::spec::{Spec, SpecError};
 use crate::tokenizer::{self, EncoderKind, Encoders, TokenizerError};
-use crate::fsutil;
 
 pub use shard::{BuildCounters, SAMPLE_EVERY, ShardError, ShardRecord};
 
@@ -42,7 +45,9 @@ pub enum PrepareError {
     Manifest(#[from] ManifestError),
     #[error("{doing}: {source}")]
     Io { doing: &'static str, source: std::io::Error },
-    #[error("entry {path} has fingerprint {found}, not {expected}; remove it (a 64-bit prefix collision or a damaged cache)")]
+    #[error(
+        "entry {path} has fingerprint {found}, not {expected}; remove it (a 64-bit prefix collision or a damaged cache)"
+    )]
     Collision { path: PathBuf, found: String, expected: String },
 }
 
@@ -60,7 +65,10 @@ impl PrepareError {
 }
 
 fn is_space_or_permission(err: &std::io::Error) -> bool {
-    matches!(err.kind(), std::io::ErrorKind::StorageFull | std::io::ErrorKind::PermissionDenied | std::io::ErrorKind::QuotaExceeded)
+    matches!(
+        err.kind(),
+        std::io::ErrorKind::StorageFull | std::io::ErrorKind::PermissionDenied | std::io::ErrorKind::QuotaExceeded
+    )
 }
 
 /// Execution settings; none of them changes the entry's bytes.
@@ -87,7 +95,8 @@ pub fn locate(spec: &Spec, cache: &CacheLayout) -> Result<Located, PrepareError>
     let hashes = inputs::content_hashes(&splits, &memo)?;
     let tokenizer_identity = tokenizer::identity(spec)?;
     let canonical = spec.canonical();
-    let fingerprint = FingerprintInputs { canonical_spec: &canonical, tokenizer: &tokenizer_identity, splits: &hashes }.fingerprint();
+    let fingerprint =
+        FingerprintInputs { canonical_spec: &canonical, tokenizer: &tokenizer_identity, splits: &hashes }.fingerprint();
     Ok(Located { fingerprint, splits, hashes, tokenizer_identity, hash_seconds: started.elapsed().as_secs_f64() })
 }
 
@@ -101,14 +110,21 @@ pub struct Prepared {
 }
 
 /// Loads the published entry with this fingerprint, if any.
-pub fn published(cache: &CacheLayout, fingerprint: &Fingerprint) -> Result<Option<(EntryLayout, Manifest)>, PrepareError> {
+pub fn published(
+    cache: &CacheLayout,
+    fingerprint: &Fingerprint,
+) -> Result<Option<(EntryLayout, Manifest)>, PrepareError> {
     let entry = cache.entry(&fingerprint.short());
     if !entry.manifest().exists() {
         return Ok(None);
     }
     let manifest = Manifest::load(&entry.manifest())?;
     if manifest.fingerprint != fingerprint.full() {
-        return Err(PrepareError::Collision { path: entry.root().to_path_buf(), found: manifest.fingerprint, expected: fingerprint.full() });
+        return Err(PrepareError::Collision {
+            path: entry.root().to_path_buf(),
+            found: manifest.fingerprint,
+            expected: fingerprint.full(),
+        });
     }
     Ok(Some((entry, manifest)))
 }
@@ -127,7 +143,8 @@ pub fn prepare(spec: &Spec, cache: &CacheLayout, options: &PrepareOptions) -> Re
     let encoders = Encoders::load(spec)?;
     let build = cache.build(&short);
     for split in &located.splits {
-        fsutil::create_dir_all(&build.parts_dir(&split.name)).map_err(PrepareError::io("creating the build directory"))?;
+        fsutil::create_dir_all(&build.parts_dir(&split.name))
+            .map_err(PrepareError::io("creating the build directory"))?;
     }
     let tasks: Vec<shard::ShardTask> = located
         .splits
@@ -160,15 +177,22 @@ pub fn prepare(spec: &Spec, cache: &CacheLayout, options: &PrepareOptions) -> Re
     let total_input_bytes: u64 = tasks.iter().map(|t| t.input.size).sum();
     let reporter = start_reporter(options.progress, counters.clone(), tasks.len() as u64, total_input_bytes);
     let fast_disabled_marker = build.root().join("fast-path-disabled");
-    let mut kind = if encoders.fast_available() && !fast_disabled_marker.exists() { EncoderKind::FastBytelevelBpe } else { EncoderKind::Tokenizers };
+    let mut kind = if encoders.fast_available() && !fast_disabled_marker.exists() {
+        EncoderKind::FastBytelevelBpe
+    } else {
+        EncoderKind::Tokenizers
+    };
     let (records, tokenized_here) = loop {
         let outcome = pool.install(|| run_shards(&context, &tasks, kind));
         match outcome {
-            Err(PrepareError::Shard(ShardError::FastPathMismatch { path, record })) if kind == EncoderKind::FastBytelevelBpe => {
+            Err(PrepareError::Shard(ShardError::FastPathMismatch { path, record }))
+                if kind == EncoderKind::FastBytelevelBpe =>
+            {
                 // Rare: the vocabulary looked equivalent but is not. Every shard of this
                 // build is then encoded by the reference, so the output stays deterministic.
                 tracing::warn!(path = %path.display(), record, "the fast encoder disagrees with the tokenizer; re-encoding every shard with the tokenizer");
-                fsutil::write_atomic(&fast_disabled_marker, b"").map_err(PrepareError::io("recording the fast-path fallback"))?;
+                fsutil::write_atomic(&fast_disabled_marker, b"")
+                    .map_err(PrepareError::io("recording the fast-path fallback"))?;
                 kind = EncoderKind::Tokenizers;
             }
             other => break other?,
@@ -178,12 +202,14 @@ pub fn prepare(spec: &Spec, cache: &CacheLayout, options: &PrepareOptions) -> Re
     let tokenize_seconds = tokenize_started.elapsed().as_secs_f64();
 
     let publish_started = Instant::now();
-    let mut by_split: BTreeMap<String, Vec<ShardRecord>> = located.splits.iter().map(|s| (s.name.clone(), Vec::new())).collect();
+    let mut by_split: BTreeMap<String, Vec<ShardRecord>> =
+        located.splits.iter().map(|s| (s.name.clone(), Vec::new())).collect();
     for record in records {
         by_split.entry(record.split.clone()).or_default().push(record);
     }
     let columns = Columns::new(spec.output.token_type, &spec.sequence);
-    let (assembly, data_files, files) = publish::assemble(&build, &by_split, &columns, &short)?;
+    let publish::Assembly { entry: assembly, data_files, files } =
+        publish::assemble(&build, &by_split, &columns, &short)?;
     let mut totals = Totals { bytes: files.iter().map(|f| f.size).sum(), ..Totals::default() };
     let mut splits = BTreeMap::new();
     for (split, split_inputs) in located.splits.iter().zip(&located.hashes) {
@@ -215,7 +241,13 @@ pub fn prepare(spec: &Spec, cache: &CacheLayout, options: &PrepareOptions) -> Re
         files,
         totals,
         timings: Timings { hash_inputs_seconds: located.hash_seconds, tokenize_seconds, ..Timings::default() },
-        build: BuildRecord { host: fsutil::host_name(), pid: std::process::id(), workers: options.workers, shards_tokenized_here: tokenized_here, shards_total: tasks.len() },
+        build: BuildRecord {
+            host: fsutil::host_name(),
+            pid: std::process::id(),
+            workers: options.workers,
+            shards_tokenized_here: tokenized_here,
+            shards_total: tasks.len(),
+        },
     };
     manifest.timings.publish_seconds = publish_started.elapsed().as_secs_f64();
     manifest.timings.total_seconds = started.elapsed().as_secs_f64();
@@ -234,7 +266,11 @@ pub fn prepare(spec: &Spec, cache: &CacheLayout, options: &PrepareOptions) -> Re
 
 /// Runs every shard not already finished; returns all records in task order and
 /// how many shards this call tokenized.
-fn run_shards(context: &shard::ShardContext, tasks: &[shard::ShardTask], kind: EncoderKind) -> Result<(Vec<ShardRecord>, usize), PrepareError> {
+fn run_shards(
+    context: &shard::ShardContext,
+    tasks: &[shard::ShardTask],
+    kind: EncoderKind,
+) -> Result<(Vec<ShardRecord>, usize), PrepareError> {
     let results: Vec<(ShardRecord, bool)> = tasks
         .par_iter()
         .map(|task| match context.finished_record(task, kind) {

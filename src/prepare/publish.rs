@@ -11,16 +11,26 @@ use crate::fsutil;
 use super::PrepareError;
 use super::shard::ShardRecord;
 
+/// An entry laid out but not yet published.
+pub struct Assembly {
+    pub entry: EntryLayout,
+    /// Per split, its data files relative to the entry.
+    pub data_files: BTreeMap<String, Vec<String>>,
+    /// Every file but the manifest.
+    pub files: Vec<WrittenFile>,
+}
+
 /// Lays out the entry in a private assembly directory: part files hard-linked
 /// under their `datasets` names (the parts stay valid for a resumed build), split
-/// metadata, `dataset_dict.json`. Returns the assembly and its files.
+/// metadata, `dataset_dict.json`.
 pub fn assemble(
     build: &BuildLayout,
     records: &BTreeMap<String, Vec<ShardRecord>>,
     columns: &Columns,
     short_fingerprint: &str,
-) -> Result<(EntryLayout, BTreeMap<String, Vec<String>>, Vec<WrittenFile>), PrepareError> {
-    let assembly = EntryLayout::new(build.root().join(format!("assembly.{}.{}", fsutil::host_name(), std::process::id())));
+) -> Result<Assembly, PrepareError> {
+    let assembly =
+        EntryLayout::new(build.root().join(format!("assembly.{}.{}", fsutil::host_name(), std::process::id())));
     if assembly.root().exists() {
         fs_err::remove_dir_all(assembly.root()).map_err(PrepareError::io("clearing an old assembly"))?;
     }
@@ -42,11 +52,13 @@ pub fn assemble(
         for (index, part) in parts.into_iter().enumerate() {
             let name = data_file_name(index, count);
             let source = build.parts_dir(split).join(&part.path);
-            fs_err::hard_link(&source, split_dir.join(&name)).map_err(PrepareError::io("linking a part into the assembly"))?;
+            fs_err::hard_link(&source, split_dir.join(&name))
+                .map_err(PrepareError::io("linking a part into the assembly"))?;
             files.push(WrittenFile { path: format!("{split}/{name}"), ..part.clone() });
             names.push(name);
         }
-        writer::write_split_metadata(&split_dir, split, &names, columns, short_fingerprint).map_err(PrepareError::io("writing split metadata"))?;
+        writer::write_split_metadata(&split_dir, split, &names, columns, short_fingerprint)
+            .map_err(PrepareError::io("writing split metadata"))?;
         for metadata in ["dataset_info.json", "state.json"] {
             files.push(hash_small_file(assembly.root(), &format!("{split}/{metadata}"))?);
         }
@@ -56,12 +68,18 @@ pub fn assemble(
     fsutil::write_json_atomic(&assembly.dataset_dict(), &serde_json::json!({"splits": splits}))
         .map_err(PrepareError::io("writing dataset_dict.json"))?;
     files.push(hash_small_file(assembly.root(), "dataset_dict.json")?);
-    Ok((assembly, data_files, files))
+    Ok(Assembly { entry: assembly, data_files, files })
 }
 
 fn hash_small_file(root: &Path, relative: &str) -> Result<WrittenFile, PrepareError> {
     let bytes = fs_err::read(root.join(relative)).map_err(PrepareError::io("reading back metadata"))?;
-    Ok(WrittenFile { path: relative.to_string(), size: bytes.len() as u64, blake3: blake3::hash(&bytes).to_hex().to_string(), rows: 0, tokens: 0 })
+    Ok(WrittenFile {
+        path: relative.to_string(),
+        size: bytes.len() as u64,
+        blake3: blake3::hash(&bytes).to_hex().to_string(),
+        rows: 0,
+        tokens: 0,
+    })
 }
 
 /// Writes the manifest, renames the assembly into `entries/`, and points
@@ -72,7 +90,8 @@ pub fn publish(cache: &CacheLayout, assembly: EntryLayout, manifest: &Manifest) 
     let short = manifest.short_fingerprint();
     fsutil::create_dir_all(&cache.entries_dir()).map_err(PrepareError::io("creating entries/"))?;
     let target = cache.entry(short);
-    let won = fsutil::rename_no_replace(assembly.root(), target.root()).map_err(PrepareError::io("publishing the entry"))?;
+    let won =
+        fsutil::rename_no_replace(assembly.root(), target.root()).map_err(PrepareError::io("publishing the entry"))?;
     if !won {
         let _ = fs_err::remove_dir_all(assembly.root());
     }

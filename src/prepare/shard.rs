@@ -168,19 +168,27 @@ impl ShardContext<'_> {
             pid: std::process::id(),
         };
         let record_path = self.build.shard_record(&task.split, task.shard);
-        crate::fsutil::write_json_atomic(&record_path, &record).map_err(|source| ShardError::Record { path: record_path, source })?;
+        crate::fsutil::write_json_atomic(&record_path, &record)
+            .map_err(|source| ShardError::Record { path: record_path, source })?;
         self.counters.shards_done.fetch_add(1, Ordering::Relaxed);
         Ok(record)
     }
 
     /// Encodes documents in parallel (order kept), checking sampled documents
     /// against the reference encoder when the fast one is used.
-    fn encode_batch(&self, path: &std::path::Path, batch: &[Document], first_index: u64, kind: EncoderKind) -> Result<Vec<Vec<u32>>, ShardError> {
+    fn encode_batch(
+        &self,
+        path: &std::path::Path,
+        batch: &[Document],
+        first_index: u64,
+        kind: EncoderKind,
+    ) -> Result<Vec<Vec<u32>>, ShardError> {
         batch
             .par_iter()
             .enumerate()
             .map(|(offset, document)| {
-                let encode_error = |message| ShardError::Encode { path: path.to_path_buf(), record: document.record, message };
+                let encode_error =
+                    |message| ShardError::Encode { path: path.to_path_buf(), record: document.record, message };
                 let ids = self.encoders.encode(&document.text, kind).map_err(encode_error)?;
                 if kind == EncoderKind::FastBytelevelBpe && (first_index + offset as u64).is_multiple_of(SAMPLE_EVERY) {
                     let reference = self.encoders.encode_reference(&document.text).map_err(encode_error)?;

@@ -26,9 +26,12 @@ impl JsonlReader {
         const BUFFER: usize = 1 << 20;
         let decoded: Box<dyn Read + Send> = match format {
             SourceFormat::JsonlZst => Box::new(
-                zstd::stream::read::Decoder::new(counted).map_err(|source| SourceError::Open { path: path.to_path_buf(), source })?,
+                zstd::stream::read::Decoder::new(counted)
+                    .map_err(|source| SourceError::Open { path: path.to_path_buf(), source })?,
             ),
-            SourceFormat::JsonlGz => Box::new(flate2::read::MultiGzDecoder::new(BufReader::with_capacity(BUFFER, counted))),
+            SourceFormat::JsonlGz => {
+                Box::new(flate2::read::MultiGzDecoder::new(BufReader::with_capacity(BUFFER, counted)))
+            }
             _ => Box::new(counted),
         };
         Ok(JsonlReader {
@@ -46,10 +49,11 @@ impl DocumentReader for JsonlReader {
     fn next_item(&mut self) -> Result<Option<Item>, SourceError> {
         loop {
             self.line.clear();
-            let read = self
-                .lines
-                .read_until(b'\n', &mut self.line)
-                .map_err(|source| SourceError::Read { path: self.path.clone(), record: self.number, source })?;
+            let read = self.lines.read_until(b'\n', &mut self.line).map_err(|source| SourceError::Read {
+                path: self.path.clone(),
+                record: self.number,
+                source,
+            })?;
             if read == 0 {
                 return Ok(None);
             }
@@ -60,7 +64,12 @@ impl DocumentReader for JsonlReader {
             }
             let text = match std::str::from_utf8(line) {
                 Ok(text) => text,
-                Err(err) => return Ok(Some(Item::Bad { record: self.number, problem: RecordProblem::InvalidUtf8 { byte: err.valid_up_to() } })),
+                Err(err) => {
+                    return Ok(Some(Item::Bad {
+                        record: self.number,
+                        problem: RecordProblem::InvalidUtf8 { byte: err.valid_up_to() },
+                    }));
+                }
             };
             return Ok(Some(match serde_json::from_str(text) {
                 Ok(record) => self.selector.select_json(record, self.number),
@@ -116,7 +125,8 @@ mod tests {
         let mut encoder = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
         encoder.write_all(LINES).unwrap();
         std::fs::write(&gz, encoder.finish().unwrap()).unwrap();
-        for (path, format) in [(plain, SourceFormat::Jsonl), (zst, SourceFormat::JsonlZst), (gz, SourceFormat::JsonlGz)] {
+        for (path, format) in [(plain, SourceFormat::Jsonl), (zst, SourceFormat::JsonlZst), (gz, SourceFormat::JsonlGz)]
+        {
             let items = read_all(&path, format).unwrap();
             let summary: Vec<String> = items
                 .iter()
@@ -126,7 +136,12 @@ mod tests {
                     Item::Bad { record, problem } => format!("{record}:{}", problem.reason()),
                 })
                 .collect();
-            assert_eq!(summary, ["1:one", "3:two", "4:malformed_json", "5:invalid_utf8", "6:three"], "{}", path.display());
+            assert_eq!(
+                summary,
+                ["1:one", "3:two", "4:malformed_json", "5:invalid_utf8", "6:three"],
+                "{}",
+                path.display()
+            );
         }
     }
 

@@ -27,7 +27,10 @@ pub enum Item {
     Document(Document),
     /// Dropped by a filter (field value or length).
     Filtered,
-    Bad { record: u64, problem: RecordProblem },
+    Bad {
+        record: u64,
+        problem: RecordProblem,
+    },
 }
 
 /// Why a record cannot be used. `reason()` is the key counted in the manifest.
@@ -74,7 +77,9 @@ pub enum SourceError {
     Parquet { path: PathBuf, message: String },
     #[error("input {path}: {message}")]
     Column { path: PathBuf, message: String },
-    #[error("cannot tell the format of input {path} from its name; set source.format to jsonl, jsonl.zst, jsonl.gz or parquet")]
+    #[error(
+        "cannot tell the format of input {path} from its name; set source.format to jsonl, jsonl.zst, jsonl.gz or parquet"
+    )]
     UnknownFormat { path: PathBuf },
 }
 
@@ -141,7 +146,9 @@ impl Selector {
 
     /// Dotted paths of every column a reader must provide (text first).
     pub fn columns(&self) -> Vec<String> {
-        std::iter::once(self.text_field.clone()).chain(self.field_filters.iter().map(|(path, _, _)| path.clone())).collect()
+        std::iter::once(self.text_field.clone())
+            .chain(self.field_filters.iter().map(|(path, _, _)| path.clone()))
+            .collect()
     }
 
     /// Applies the selection to one parsed JSON record.
@@ -154,14 +161,20 @@ impl Selector {
         }
         match lookup_mut(&mut record, &self.text_path).map(Value::take) {
             Some(Value::String(text)) => self.select_text(text, number),
-            Some(Value::Null) | None => Item::Bad { record: number, problem: RecordProblem::MissingText { field: self.text_field.clone() } },
-            Some(_) => Item::Bad { record: number, problem: RecordProblem::NonStringText { field: self.text_field.clone() } },
+            Some(Value::Null) | None => {
+                Item::Bad { record: number, problem: RecordProblem::MissingText { field: self.text_field.clone() } }
+            }
+            Some(_) => {
+                Item::Bad { record: number, problem: RecordProblem::NonStringText { field: self.text_field.clone() } }
+            }
         }
     }
 
     /// Applies the filters that need only field values (Parquet rows).
     pub(super) fn keeps_fields(&self, values: &BTreeMap<&str, Option<&str>>) -> bool {
-        self.field_filters.iter().all(|(path, _, allowed)| matches!(values.get(path.as_str()), Some(Some(v)) if allowed.contains(*v)))
+        self.field_filters
+            .iter()
+            .all(|(path, _, allowed)| matches!(values.get(path.as_str()), Some(Some(v)) if allowed.contains(*v)))
     }
 
     pub(super) fn select_text(&self, text: String, number: u64) -> Item {
@@ -207,8 +220,14 @@ mod tests {
     #[test]
     fn missing_and_non_string_text_are_bad_records() {
         let s = selector("");
-        assert!(matches!(s.select_json(json!({"body": "x"}), 4), Item::Bad { record: 4, problem: RecordProblem::MissingText { .. } }));
-        assert!(matches!(s.select_json(json!({"text": 5}), 5), Item::Bad { problem: RecordProblem::NonStringText { .. }, .. }));
+        assert!(matches!(
+            s.select_json(json!({"body": "x"}), 4),
+            Item::Bad { record: 4, problem: RecordProblem::MissingText { .. } }
+        ));
+        assert!(matches!(
+            s.select_json(json!({"text": 5}), 5),
+            Item::Bad { problem: RecordProblem::NonStringText { .. }, .. }
+        ));
     }
 
     #[test]

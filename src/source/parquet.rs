@@ -27,7 +27,10 @@ pub struct ParquetReader {
 
 impl ParquetReader {
     pub fn open(path: &Path, selector: Selector) -> Result<ParquetReader, SourceError> {
-        let parquet_error = |err: parquet::errors::ParquetError| SourceError::Parquet { path: path.to_path_buf(), message: err.to_string() };
+        let parquet_error = |err: parquet::errors::ParquetError| SourceError::Parquet {
+            path: path.to_path_buf(),
+            message: err.to_string(),
+        };
         let file = File::open(path).map_err(|source| SourceError::Open { path: path.to_path_buf(), source })?;
         let file_size = file.metadata().map(|m| m.len()).unwrap_or(0);
         let builder = ParquetRecordBatchReaderBuilder::try_new(file).map_err(parquet_error)?;
@@ -37,22 +40,29 @@ impl ParquetReader {
             if builder.schema().field_with_name(first).is_err() {
                 return Err(SourceError::Column {
                     path: path.to_path_buf(),
-                    message: format!("no column {column:?}; set source.text_field (or the filter) to one of its columns"),
+                    message: format!(
+                        "no column {column:?}; set source.text_field (or the filter) to one of its columns"
+                    ),
                 });
             }
         }
         let total_rows = builder.metadata().file_metadata().num_rows().max(0) as u64;
         let mask = ProjectionMask::columns(builder.parquet_schema(), columns.iter().map(String::as_str));
         let batches = builder.with_projection(mask).with_batch_size(BATCH_ROWS).build().map_err(parquet_error)?;
-        Ok(ParquetReader { path: path.to_path_buf(), batches, pending: VecDeque::new(), rows_read: 0, total_rows, file_size, selector })
+        Ok(ParquetReader {
+            path: path.to_path_buf(),
+            batches,
+            pending: VecDeque::new(),
+            rows_read: 0,
+            total_rows,
+            file_size,
+            selector,
+        })
     }
 
     fn load_batch(&mut self, batch: RecordBatch) -> Result<(), SourceError> {
         let columns = self.selector.columns();
-        let strings = columns
-            .iter()
-            .map(|column| self.string_column(&batch, column))
-            .collect::<Result<Vec<_>, _>>()?;
+        let strings = columns.iter().map(|column| self.string_column(&batch, column)).collect::<Result<Vec<_>, _>>()?;
         let (text, filters) = strings.split_first().expect("columns() always starts with the text column");
         for row in 0..batch.num_rows() {
             let number = self.rows_read + row as u64 + 1;
@@ -105,17 +115,18 @@ impl DocumentReader for ParquetReader {
             }
             match self.batches.next() {
                 None => return Ok(None),
-                Some(Err(err)) => return Err(SourceError::Parquet { path: self.path.clone(), message: err.to_string() }),
+                Some(Err(err)) => {
+                    return Err(SourceError::Parquet { path: self.path.clone(), message: err.to_string() });
+                }
                 Some(Ok(batch)) => self.load_batch(batch)?,
             }
         }
     }
 
     fn input_bytes_read(&self) -> u64 {
-        if self.total_rows == 0 { self.file_size } else { self.file_size * self.rows_read / self.total_rows }
+        (self.file_size * self.rows_read).checked_div(self.total_rows).unwrap_or(self.file_size)
     }
 }
-
 
 #[cfg(test)]
 mod tests {
@@ -159,7 +170,8 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("b.parquet");
         let schema = Arc::new(Schema::new(vec![Field::new("body", DataType::Utf8, false)]));
-        let batch = RecordBatch::try_new(schema.clone(), vec![Arc::new(StringArray::from(vec!["x"])) as ArrayRef]).unwrap();
+        let batch =
+            RecordBatch::try_new(schema.clone(), vec![Arc::new(StringArray::from(vec!["x"])) as ArrayRef]).unwrap();
         let mut writer = parquet::arrow::ArrowWriter::try_new(File::create(&path).unwrap(), schema, None).unwrap();
         writer.write(&batch).unwrap();
         writer.close().unwrap();

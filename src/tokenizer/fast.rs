@@ -28,7 +28,8 @@ impl FastEncoder {
     /// cannot reproduce that tokenizer.
     pub fn for_tokenizer(serialized: &Value) -> Result<FastEncoder, String> {
         let pre = &serialized["pre_tokenizer"];
-        let byte_level_gpt2 = pre["type"] == "ByteLevel" && pre["add_prefix_space"] == false && pre["use_regex"] == true;
+        let byte_level_gpt2 =
+            pre["type"] == "ByteLevel" && pre["add_prefix_space"] == false && pre["use_regex"] == true;
         if !byte_level_gpt2 {
             return Err("the pre-tokenizer is not GPT-2's ByteLevel split".into());
         }
@@ -40,7 +41,10 @@ impl FastEncoder {
             return Err("the model is not BPE".into());
         }
         let empty = |v: &Value| v.is_null() || v == "";
-        if !model["dropout"].is_null() || !empty(&model["continuing_subword_prefix"]) || !empty(&model["end_of_word_suffix"]) {
+        if !model["dropout"].is_null()
+            || !empty(&model["continuing_subword_prefix"])
+            || !empty(&model["end_of_word_suffix"])
+        {
             return Err("the BPE model uses dropout or subword affixes".into());
         }
         if model["byte_fallback"] == true {
@@ -85,7 +89,11 @@ impl FastEncoder {
     /// backtracking limit), in which case the caller uses the reference encoder.
     pub fn encode(&self, text: &str) -> Option<Vec<u32>> {
         catch_unwind(AssertUnwindSafe(|| {
-            if self.match_added_tokens { self.bpe.encode_with_special_tokens(text) } else { self.bpe.encode_ordinary(text) }
+            if self.match_added_tokens {
+                self.bpe.encode_with_special_tokens(text)
+            } else {
+                self.bpe.encode_ordinary(text)
+            }
         }))
         .ok()
     }

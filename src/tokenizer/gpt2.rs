@@ -26,8 +26,10 @@ pub fn builtin_tokenizer_json() -> Result<&'static str, String> {
             .map(|rank| bpe.decode_bytes(&[rank]).map_err(|err| format!("embedded GPT-2 rank {rank}: {err}")))
             .collect::<Result<_, _>>()?;
         let merges = merges_from_ranks(&ranks)?;
-        let vocab: Vec<(String, u32)> = ranks.iter().enumerate().map(|(id, bytes)| (bytes_to_token(bytes), id as u32)).collect();
-        let merges: Vec<(String, String)> = merges.iter().map(|(a, b)| (bytes_to_token(a), bytes_to_token(b))).collect();
+        let vocab: Vec<(String, u32)> =
+            ranks.iter().enumerate().map(|(id, bytes)| (bytes_to_token(bytes), id as u32)).collect();
+        let merges: Vec<(String, String)> =
+            merges.iter().map(|(a, b)| (bytes_to_token(a), bytes_to_token(b))).collect();
         Ok(byte_level_tokenizer_json(vocab, merges, Some(END_OF_TEXT)).to_string())
     })
     .as_deref()
@@ -45,9 +47,9 @@ pub fn tokenizer_json_from_files(vocab_path: &Path, merges_path: &Path) -> Resul
         if line.starts_with("#version") || line.trim().is_empty() {
             continue;
         }
-        let (a, b) = line
-            .split_once(' ')
-            .ok_or_else(|| format!("{} line {}: expected two tokens separated by a space", merges_path.display(), index + 1))?;
+        let (a, b) = line.split_once(' ').ok_or_else(|| {
+            format!("{} line {}: expected two tokens separated by a space", merges_path.display(), index + 1)
+        })?;
         merges.push((a.to_string(), b.to_string()));
     }
     let mut vocab: Vec<(String, u32)> = vocab.into_iter().collect();
@@ -57,7 +59,11 @@ pub fn tokenizer_json_from_files(vocab_path: &Path, merges_path: &Path) -> Resul
 }
 
 /// The tokenizer.json GPT-2 is published with on the Hugging Face hub.
-fn byte_level_tokenizer_json(vocab: Vec<(String, u32)>, merges: Vec<(String, String)>, end_of_text: Option<&str>) -> Value {
+fn byte_level_tokenizer_json(
+    vocab: Vec<(String, u32)>,
+    merges: Vec<(String, String)>,
+    end_of_text: Option<&str>,
+) -> Value {
     let end_of_text_id = end_of_text.and_then(|t| vocab.iter().find(|(token, _)| token == t).map(|(_, id)| *id));
     let mut vocab_map = serde_json::Map::new();
     for (token, id) in vocab {
@@ -73,9 +79,7 @@ fn byte_level_tokenizer_json(vocab: Vec<(String, u32)>, merges: Vec<(String, Str
         })
         .into_iter()
         .collect();
-    let byte_level = |add_prefix_space: bool, trim_offsets: bool| {
-        json!({"type": "ByteLevel", "add_prefix_space": add_prefix_space, "trim_offsets": trim_offsets, "use_regex": true})
-    };
+    let byte_level = |add_prefix_space: bool, trim_offsets: bool| json!({"type": "ByteLevel", "add_prefix_space": add_prefix_space, "trim_offsets": trim_offsets, "use_regex": true});
     json!({
         "version": "1.0",
         "truncation": null,
@@ -96,8 +100,12 @@ fn byte_level_tokenizer_json(vocab: Vec<(String, u32)>, merges: Vec<(String, Str
 
 /// Recovers the merge list from ranks: for every multi-byte token, in rank order,
 /// run BPE on its bytes with only lower ranks; the two final parts are its merge.
-fn merges_from_ranks(ranks: &[Vec<u8>]) -> Result<Vec<(Vec<u8>, Vec<u8>)>, String> {
-    let rank_of: HashMap<&[u8], usize> = ranks.iter().enumerate().map(|(rank, bytes)| (bytes.as_slice(), rank)).collect();
+/// A merge of two byte strings into one token.
+type Merge = (Vec<u8>, Vec<u8>);
+
+fn merges_from_ranks(ranks: &[Vec<u8>]) -> Result<Vec<Merge>, String> {
+    let rank_of: HashMap<&[u8], usize> =
+        ranks.iter().enumerate().map(|(rank, bytes)| (bytes.as_slice(), rank)).collect();
     let mut merges = Vec::new();
     for (rank, token) in ranks.iter().enumerate() {
         if token.len() < 2 {

@@ -16,15 +16,23 @@ pub use gpt2::builtin_tokenizer_json as builtin_gpt2_json;
 
 #[derive(Debug, thiserror::Error)]
 pub enum TokenizerError {
-    #[error("cannot load tokenizer {source_name}: {message}; give a Hugging Face tokenizer.json (or vocab.json + merges.txt), or builtin = \"gpt2\"")]
+    #[error(
+        "cannot load tokenizer {source_name}: {message}; give a Hugging Face tokenizer.json (or vocab.json + merges.txt), or builtin = \"gpt2\""
+    )]
     Load { source_name: String, message: String },
     #[error("unknown builtin tokenizer {0:?}; the embedded one is \"gpt2\"")]
     UnknownBuiltin(String),
-    #[error("tokenizer {source_name} has {vocab_size} tokens, more than output.token_type = \"{token_type}\" holds; use \"int32\" or \"uint32\"")]
+    #[error(
+        "tokenizer {source_name} has {vocab_size} tokens, more than output.token_type = \"{token_type}\" holds; use \"int32\" or \"uint32\""
+    )]
     VocabTooLarge { source_name: String, vocab_size: u64, token_type: &'static str },
-    #[error("tokenizer {source_name} has no token {token:?} (tokenizer.{field}); set tokenizer.{field} to one of its special tokens")]
+    #[error(
+        "tokenizer {source_name} has no token {token:?} (tokenizer.{field}); set tokenizer.{field} to one of its special tokens"
+    )]
     MissingSpecial { source_name: String, token: String, field: &'static str },
-    #[error("cannot tell the BOS/EOS tokens of {source_name}; set tokenizer.bos_token and tokenizer.eos_token, or ensure_bos_eos = false")]
+    #[error(
+        "cannot tell the BOS/EOS tokens of {source_name}; set tokenizer.bos_token and tokenizer.eos_token, or ensure_bos_eos = false"
+    )]
     UnknownBosEos { source_name: String },
 }
 
@@ -45,23 +53,28 @@ fn tokenizer_text(spec: &Spec) -> Result<(String, String), TokenizerError> {
         if name != "gpt2" {
             return Err(TokenizerError::UnknownBuiltin(name.clone()));
         }
-        let json = gpt2::builtin_tokenizer_json().map_err(|message| TokenizerError::Load { source_name: "builtin gpt2".into(), message })?;
+        let json = gpt2::builtin_tokenizer_json()
+            .map_err(|message| TokenizerError::Load { source_name: "builtin gpt2".into(), message })?;
         return Ok(("builtin gpt2".into(), json.to_string()));
     }
     if let (Some(vocab), Some(merges)) = (&tokenizer.vocab, &tokenizer.merges) {
         let (vocab, merges) = (spec.resolve(vocab), spec.resolve(merges));
         let source_name = format!("{} + {}", vocab.display(), merges.display());
-        let json = gpt2::tokenizer_json_from_files(&vocab, &merges).map_err(|message| TokenizerError::Load { source_name: source_name.clone(), message })?;
+        let json = gpt2::tokenizer_json_from_files(&vocab, &merges)
+            .map_err(|message| TokenizerError::Load { source_name: source_name.clone(), message })?;
         return Ok((source_name, json));
     }
-    let path: PathBuf = spec.resolve(tokenizer.path.as_deref().unwrap_or_else(|| std::path::Path::new("tokenizer.json")));
+    let path: PathBuf =
+        spec.resolve(tokenizer.path.as_deref().unwrap_or_else(|| std::path::Path::new("tokenizer.json")));
     let source_name = path.display().to_string();
-    let json = fs_err::read_to_string(&path).map_err(|err| TokenizerError::Load { source_name: source_name.clone(), message: err.to_string() })?;
+    let json = fs_err::read_to_string(&path)
+        .map_err(|err| TokenizerError::Load { source_name: source_name.clone(), message: err.to_string() })?;
     Ok((source_name, json))
 }
 
 fn parse(source_name: &str, json: &str) -> Result<tokenizers::Tokenizer, TokenizerError> {
-    json.parse::<tokenizers::Tokenizer>().map_err(|err| TokenizerError::Load { source_name: source_name.to_string(), message: err.to_string() })
+    json.parse::<tokenizers::Tokenizer>()
+        .map_err(|err| TokenizerError::Load { source_name: source_name.to_string(), message: err.to_string() })
 }
 
 /// The tokenizer's identity for the fingerprint: a hash of its canonical
@@ -73,7 +86,8 @@ pub fn identity(spec: &Spec) -> Result<blake3::Hash, TokenizerError> {
     }
     let (source_name, json) = tokenizer_text(spec)?;
     let tokenizer = parse(&source_name, &json)?;
-    let canonical = tokenizer.to_string(false).map_err(|err| TokenizerError::Load { source_name, message: err.to_string() })?;
+    let canonical =
+        tokenizer.to_string(false).map_err(|err| TokenizerError::Load { source_name, message: err.to_string() })?;
     Ok(blake3::hash(canonical.as_bytes()))
 }
 
@@ -112,7 +126,11 @@ impl Encoders {
             return Err(TokenizerError::VocabTooLarge { source_name, vocab_size, token_type: token_type.dtype() });
         }
         let add_special_tokens = spec.tokenizer.add_special_tokens;
-        let bos_eos = if spec.tokenizer.ensure_bos_eos { bos_eos_to_add(spec, &source_name, &reference)? } else { BosEos::default() };
+        let bos_eos = if spec.tokenizer.ensure_bos_eos {
+            bos_eos_to_add(spec, &source_name, &reference)?
+        } else {
+            BosEos::default()
+        };
 
         let (fast, fast_unavailable) = if !spec.tokenizer.fast_path {
             (None, Some("tokenizer.fast_path = false".to_string()))
@@ -131,7 +149,10 @@ impl Encoders {
 
     /// Ids of one document with the reference encoder, before BOS/EOS.
     pub fn encode_reference(&self, text: &str) -> Result<Vec<u32>, String> {
-        self.reference.encode_fast(text, self.add_special_tokens).map(|e| e.get_ids().to_vec()).map_err(|err| err.to_string())
+        self.reference
+            .encode_fast(text, self.add_special_tokens)
+            .map(|e| e.get_ids().to_vec())
+            .map_err(|err| err.to_string())
     }
 
     /// Ids of one document with the chosen encoder, before BOS/EOS.
@@ -160,7 +181,10 @@ impl Encoders {
 
 /// The fast path is valid only where the reference's post-processor adds nothing.
 fn fast_encoder(reference: &tokenizers::Tokenizer, add_special_tokens: bool) -> Result<FastEncoder, String> {
-    let serialized: Value = reference.to_string(false).map_err(|e| e.to_string()).and_then(|s| serde_json::from_str(&s).map_err(|e| e.to_string()))?;
+    let serialized: Value = reference
+        .to_string(false)
+        .map_err(|e| e.to_string())
+        .and_then(|s| serde_json::from_str(&s).map_err(|e| e.to_string()))?;
     if add_special_tokens {
         let with = reference.encode_fast(PROBE_TEXT, true).map_err(|e| e.to_string())?;
         let without = reference.encode_fast(PROBE_TEXT, false).map_err(|e| e.to_string())?;
@@ -178,7 +202,10 @@ const PROBE_TEXT: &str = "Hello world!";
 /// (GPT-2, GPT-NeoX) one is enough, and it is appended.
 fn bos_eos_to_add(spec: &Spec, source_name: &str, reference: &tokenizers::Tokenizer) -> Result<BosEos, TokenizerError> {
     let vocab = reference.get_vocab(true);
-    let find = |field: &'static str, configured: &Option<String>, candidates: &[&str]| -> Result<Option<u32>, TokenizerError> {
+    let find = |field: &'static str,
+                configured: &Option<String>,
+                candidates: &[&str]|
+     -> Result<Option<u32>, TokenizerError> {
         match configured {
             Some(token) => vocab.get(token).copied().map(Some).ok_or_else(|| TokenizerError::MissingSpecial {
                 source_name: source_name.to_string(),
@@ -188,8 +215,10 @@ fn bos_eos_to_add(spec: &Spec, source_name: &str, reference: &tokenizers::Tokeni
             None => Ok(candidates.iter().find_map(|c| vocab.get(*c).copied())),
         }
     };
-    let bos = find("bos_token", &spec.tokenizer.bos_token, &["<s>", "<bos>", "<|begin_of_text|>", "<|endoftext|>", "[CLS]"])?;
-    let eos = find("eos_token", &spec.tokenizer.eos_token, &["</s>", "<eos>", "<|end_of_text|>", "<|endoftext|>", "[SEP]"])?;
+    let bos =
+        find("bos_token", &spec.tokenizer.bos_token, &["<s>", "<bos>", "<|begin_of_text|>", "<|endoftext|>", "[CLS]"])?;
+    let eos =
+        find("eos_token", &spec.tokenizer.eos_token, &["</s>", "<eos>", "<|end_of_text|>", "<|endoftext|>", "[SEP]"])?;
     let (Some(bos), Some(eos)) = (bos, eos) else {
         return Err(TokenizerError::UnknownBosEos { source_name: source_name.to_string() });
     };

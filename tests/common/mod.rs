@@ -104,7 +104,9 @@ pub fn entry_data_files(entry: &Path) -> Vec<(String, Vec<u8>)> {
 pub fn python() -> Option<PathBuf> {
     match std::env::var_os("FERRY_TEST_PYTHON") {
         Some(python) => Some(PathBuf::from(python)),
-        None if std::env::var_os("FERRY_REQUIRE_PYTHON").is_some() => panic!("FERRY_REQUIRE_PYTHON is set but FERRY_TEST_PYTHON is not"),
+        None if std::env::var_os("FERRY_REQUIRE_PYTHON").is_some() => {
+            panic!("FERRY_REQUIRE_PYTHON is set but FERRY_TEST_PYTHON is not")
+        }
         None => {
             eprintln!("SKIPPED: no Python with datasets (run scripts/test.sh, which creates one)");
             None
