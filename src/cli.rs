@@ -43,10 +43,54 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Make a small Pile-style corpus, prepare it with the embedded GPT-2 tokenizer, show how to load it.
+    /// Mirror the cache into node-local DEST as symlinks and copy the active entry's files in.
+    Stage(StageArgs),
+    /// Block until staging into DEST is done; exit 1 if it failed.
+    Wait {
+        /// The staging destination [default: $SLURM_TMPDIR/ferry]
+        #[arg(long, value_name = "DIR")]
+        dest: Option<PathBuf>,
+        /// Only this entry (fingerprint prefix).
+        #[arg(long)]
+        entry: Option<String>,
+    },
+    /// Make a small Pile-style corpus, prepare it with the embedded GPT-2 tokenizer, stage it, show how to load it.
     Demo {
         /// Where the demo's corpus and cache go.
         #[arg(long, default_value = "ferry-demo")]
         dir: PathBuf,
     },
+}
+
+#[derive(Debug, Args)]
+pub struct StageArgs {
+    /// The pipeline spec whose entry to stage (it must be prepared).
+    #[arg(required_unless_present_any = ["entry", "src"], conflicts_with_all = ["entry", "src"])]
+    pub spec: Option<PathBuf>,
+    /// Stage the entry with this fingerprint (a unique prefix is enough).
+    #[arg(long, conflicts_with = "src")]
+    pub entry: Option<String>,
+    /// Drop-in mode: mirror this existing Hugging Face cache directory...
+    #[arg(long, value_name = "DIR", requires = "files_from")]
+    pub src: Option<PathBuf>,
+    /// ...and copy the relative paths listed in FILE (one per line; - for stdin).
+    #[arg(long, value_name = "FILE", requires = "src")]
+    pub files_from: Option<PathBuf>,
+    /// Destination [default: $SLURM_TMPDIR/ferry]
+    #[arg(long, value_name = "DIR")]
+    pub dest: Option<PathBuf>,
+    #[command(flatten)]
+    pub cache: CacheArgs,
+    /// Copies in flight [default: 8 per core ($SLURM_CPUS_PER_TASK, else all cores), 8 to 64]
+    #[arg(short, long)]
+    pub jobs: Option<usize>,
+    /// Check every file's blake3 against the manifest while copying.
+    #[arg(long)]
+    pub verify: bool,
+    /// Return once the mirror exists; a detached process copies (see `ferry wait`).
+    #[arg(long)]
+    pub background: bool,
+    /// Print the result as JSON.
+    #[arg(long)]
+    pub json: bool,
 }

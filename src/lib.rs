@@ -15,6 +15,7 @@
 //! - `tokenizer`: tokenizer loading, the guarded fast encoder, BOS/EOS rules.
 //! - `pack`: documents to rows (`concat`, `truncate`, `none`).
 //! - `prepare`: build an entry (parallel over shards, resumable) and publish it.
+//! - `stage`: mirror the cache into a node-local destination and copy the active entry (`plan`, `mirror`, `copy`, `state`).
 //! - `corpus`: synthetic Pile-style corpora for the demo, tests and benchmarks.
 //! - `progress`: progress bars and periodic log lines.
 //! - `settings`: where the cache is and how many workers to use.
@@ -33,4 +34,5 @@ pub mod progress;
 pub mod settings;
 pub mod source;
 pub mod spec;
+pub mod stage;
 pub mod tokenizer;

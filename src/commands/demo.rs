@@ -1,5 +1,6 @@
 //! `ferry demo`: a small Pile-style corpus, prepared with the embedded GPT-2
-//! tokenizer, then how to load it. No network.
+//! tokenizer, staged into a local folder as a job would, then how to load it.
+//! No network.
 
 use std::path::Path;
 
@@ -11,6 +12,7 @@ use crate::prepare::{self, PrepareOptions};
 use crate::progress::ProgressMode;
 use crate::settings;
 use crate::spec::Spec;
+use crate::stage::{self, StageOptions};
 
 const DEMO_SPEC: &str = r#"# A ferry pipeline spec: Pile-style shards -> GPT-2 tokens packed in 1024-token rows.
 name = "pile-demo-gpt2-1024"
@@ -58,7 +60,20 @@ pub fn run(dir: &Path, progress: ProgressMode) -> anyhow::Result<()> {
         if prepared.built { "built now" } else { "cached" },
         prepared.manifest.timings.tokenize_seconds,
     );
-    let by_name = cache.by_name(&spec.name);
+
+    // Stage it as a job would onto a node's local disk.
+    let dest = std::path::absolute(dir.join("node-local"))?;
+    let plan = stage::plan_entry(&cache, &prepared.manifest, &dest)?;
+    let options = StageOptions { dest: dest.clone(), threads: 16, verify: true, progress };
+    let report = stage::stage(&plan, &options).context("staging the demo entry")?;
+    println!(
+        "staged      {} ({} files copied and verified, {} already there, {:.2} s)",
+        report.dest_root.display(),
+        report.files_copied,
+        report.files_skipped,
+        report.seconds
+    );
+    let by_name = dest.join("by-name").join(&spec.name);
     println!(
         "\nload it with:\n  python3 -c \"import datasets; print(datasets.load_from_disk('{}'))\"",
         by_name.display()

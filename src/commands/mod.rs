@@ -3,6 +3,7 @@
 
 mod demo;
 mod prepare;
+mod stage;
 
 use crate::cli::{Cli, Command};
 use crate::progress::ProgressMode;
@@ -14,6 +15,8 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Prepare { spec, cache, jobs, json } => {
             prepare::run(&spec, &settings::cache_root(cache.cache), settings::workers(jobs), progress, json)
         }
+        Command::Stage(args) => stage::run(args, progress),
+        Command::Wait { dest, entry } => stage::wait(dest, entry.as_deref()),
         Command::Demo { dir } => demo::run(&dir, progress),
     }
 }
@@ -22,6 +25,9 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
 pub fn exit_code(err: &anyhow::Error) -> u8 {
     for cause in err.chain() {
         if let Some(err) = cause.downcast_ref::<crate::prepare::PrepareError>() {
+            return if err.is_user_error() { 1 } else { 2 };
+        }
+        if let Some(err) = cause.downcast_ref::<crate::stage::StageError>() {
             return if err.is_user_error() { 1 } else { 2 };
         }
         if cause.is::<crate::spec::SpecError>() || cause.is::<UserError>() {

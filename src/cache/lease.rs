@@ -1,0 +1,145 @@
+//! Leases: a live user of an entry (a build or a staging) holds one, and `gc`
+//! never deletes an entry with a live lease.
+//!
+//! A lease is a file `leases/<fp16>/<host>.<pid>.<kind>` created exclusively and
+//! kept fresh by a heartbeat thread that touches its mtime. It is live while its
+//! heartbeat is recent, or while its holder is a running process on this host.
+//! Works on NFS and Lustre: only `open(O_EXCL)`, `utimensat` and `unlink`.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::thread::JoinHandle;
+use std::time::{Duration, SystemTime};
+
+use serde::{Deserialize, Serialize};
+
+use crate::cache::layout::CacheLayout;
+use crate::fsutil;
+
+/// How often a holder refreshes its lease.
+pub const HEARTBEAT: Duration = Duration::from_secs(10);
+/// A lease not refreshed for this long, whose holder cannot be checked, is dead.
+pub const EXPIRY: Duration = Duration::from_secs(120);
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct LeaseInfo {
+    pub host: String,
+    pub pid: u32,
+    pub kind: String,
+    pub job_id: Option<String>,
+    pub started_unix: u64,
+}
+
+/// A held lease; released (file removed) on drop.
+pub struct Lease {
+    path: PathBuf,
+    stop: Arc<AtomicBool>,
+    heartbeat: Option<JoinHandle<()>>,
+}
+
+impl Lease {
+    pub fn acquire(cache: &CacheLayout, short_fingerprint: &str, kind: &str) -> std::io::Result<Lease> {
+        let dir = cache.leases(short_fingerprint);
+        fsutil::create_dir_all(&dir)?;
+        let info = LeaseInfo {
+            host: fsutil::host_name(),
+            pid: std::process::id(),
+            kind: kind.to_string(),
+            job_id: std::env::var("SLURM_JOB_ID").ok(),
+            started_unix: SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| d.as_secs()),
+        };
+        let path = dir.join(format!("{}.{}.{}.{}", info.host, info.pid, kind, fsutil::unique_suffix()));
+        fsutil::create_exclusive(&path, &serde_json::to_vec(&info).map_err(std::io::Error::other)?)?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let heartbeat = {
+            let (path, stop) = (path.clone(), stop.clone());
+            std::thread::spawn(move || {
+                let mut last = std::time::Instant::now();
+                while !stop.load(Ordering::Relaxed) {
+                    std::thread::sleep(Duration::from_millis(200));
+                    if last.elapsed() >= HEARTBEAT {
+                        touch(&path);
+                        last = std::time::Instant::now();
+                    }
+                }
+            })
+        };
+        Ok(Lease { path, stop, heartbeat: Some(heartbeat) })
+    }
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(thread) = self.heartbeat.take() {
+            let _ = thread.join();
+        }
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+fn touch(path: &Path) {
+    if let Ok(file) = std::fs::File::options().write(true).open(path) {
+        let _ = file.set_modified(SystemTime::now());
+    }
+}
+
+/// The live leases on an entry. Dead ones are removed on the way.
+pub fn live_leases(cache: &CacheLayout, short_fingerprint: &str) -> Vec<LeaseInfo> {
+    let Ok(entries) = std::fs::read_dir(cache.leases(short_fingerprint)) else { return Vec::new() };
+    let host = fsutil::host_name();
+    let mut live = Vec::new();
+    for entry in entries.flatten() {
+        let path = entry.path();
+        let Ok(meta) = entry.metadata() else { continue };
+        let info: Option<LeaseInfo> = std::fs::read(&path).ok().and_then(|bytes| serde_json::from_slice(&bytes).ok());
+        let fresh = meta.modified().ok().and_then(|m| m.elapsed().ok()).is_some_and(|age| age < EXPIRY);
+        let alive = match &info {
+            // On our host, the process table is the truth.
+            Some(info) if info.host == host => fsutil::process_alive(info.pid),
+            // Elsewhere, the heartbeat is.
+            Some(_) => fresh,
+            // Being written right now, or garbage: trust only a fresh file.
+            None => fresh,
+        };
+        match (alive, info) {
+            (true, Some(info)) => live.push(info),
+            (true, None) => {}
+            (false, _) => {
+                let _ = std::fs::remove_file(&path);
+            }
+        }
+    }
+    live
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lease_is_live_while_held_and_gone_after() {
+        let dir = tempfile::tempdir().unwrap();
+        let cache = CacheLayout::new(dir.path());
+        let lease = Lease::acquire(&cache, "abcd", "stage").unwrap();
+        let live = live_leases(&cache, "abcd");
+        assert_eq!(live.len(), 1);
+        assert_eq!(live[0].pid, std::process::id());
+        drop(lease);
+        assert!(live_leases(&cache, "abcd").is_empty());
+    }
+
+    #[test]
+    fn lease_of_a_dead_process_on_this_host_is_not_live() {
+        let dir = tempfile::tempdir().unwrap();
+        let cache = CacheLayout::new(dir.path());
+        let leases = cache.leases("abcd");
+        std::fs::create_dir_all(&leases).unwrap();
+        // A pid that cannot exist (above pid_max).
+        let info = LeaseInfo { host: fsutil::host_name(), pid: 999_999_999, kind: "stage".into(), job_id: None, started_unix: 0 };
+        std::fs::write(leases.join("x"), serde_json::to_vec(&info).unwrap()).unwrap();
+        assert!(live_leases(&cache, "abcd").is_empty());
+        assert!(!leases.join("x").exists(), "dead lease removed");
+    }
+}

@@ -1,0 +1,177 @@
+//! `ferry stage` and `ferry wait`.
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+
+use super::UserError;
+use crate::cache::layout::CacheLayout;
+use crate::cache::manifest::Manifest;
+use crate::cli::StageArgs;
+use crate::prepare;
+use crate::progress::ProgressMode;
+use crate::settings;
+use crate::spec::Spec;
+use crate::stage::state::{self, Phase, WaitOutcome};
+use crate::stage::{self, PlanKind, StageOptions, StagePlan, StageReport};
+
+pub fn run(args: StageArgs, progress: ProgressMode) -> anyhow::Result<()> {
+    let dest = destination(args.dest)?;
+    let cache = CacheLayout::new(settings::cache_root(args.cache.cache));
+    let plan = if let (Some(src), Some(list)) = (&args.src, &args.files_from) {
+        stage::plan_drop_in(src, &read_list(list)?, &dest)?
+    } else if let Some(prefix) = &args.entry {
+        stage::plan_entry(&cache, &find_entry(&cache, prefix)?, &dest)?
+    } else {
+        let spec_path = args.spec.as_deref().context("a spec, --entry or --src is required")?;
+        let spec = Spec::load(spec_path)?;
+        let located = prepare::locate(&spec, &cache)?;
+        let Some((_, manifest)) = prepare::published(&cache, &located.fingerprint)? else {
+            bail!(UserError(format!(
+                "the entry of {} ({}) is not in {}; run `ferry prepare {}` first",
+                spec_path.display(),
+                located.fingerprint.short(),
+                cache.root().display(),
+                spec_path.display()
+            )));
+        };
+        stage::plan_entry(&cache, &manifest, &dest)?
+    };
+    let options = StageOptions { dest: dest.clone(), threads: copy_threads(args.jobs), verify: args.verify, progress };
+    if let PlanKind::Entry { .. } = plan.kind {
+        prepare::mark_used(&cache, &plan.id);
+    }
+    if args.background {
+        return start_background(&plan, &options, &cache);
+    }
+    let report = stage::stage(&plan, &options).with_context(|| format!("staging into {}", dest.display()))?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        print_report(&report);
+    }
+    Ok(())
+}
+
+
+/// `--dest`, else `$SLURM_TMPDIR/ferry`.
+fn destination(flag: Option<PathBuf>) -> anyhow::Result<PathBuf> {
+    let dest = flag
+        .or_else(|| std::env::var_os("SLURM_TMPDIR").filter(|v| !v.is_empty()).map(|dir| PathBuf::from(dir).join("ferry")))
+        .ok_or_else(|| UserError("no destination: pass --dest DIR, or run inside a Slurm job that sets SLURM_TMPDIR".into()))?;
+    Ok(std::path::absolute(&dest).unwrap_or(dest))
+}
+
+/// Copies in flight: staging is bound by I/O latency, so several per core.
+fn copy_threads(flag: Option<usize>) -> usize {
+    flag.filter(|n| *n > 0).unwrap_or_else(|| (settings::workers(None) * 8).clamp(8, 64))
+}
+
+fn read_list(path: &Path) -> anyhow::Result<String> {
+    let mut text = String::new();
+    if path == Path::new("-") {
+        std::io::stdin().read_to_string(&mut text).context("reading --files-from from stdin")?;
+    } else {
+        text = fs_err::read_to_string(path)?;
+    }
+    Ok(text)
+}
+
+/// The published entry whose fingerprint starts with `prefix`.
+pub fn find_entry(cache: &CacheLayout, prefix: &str) -> anyhow::Result<Manifest> {
+    let prefix = prefix.to_ascii_lowercase();
+    let entries = std::fs::read_dir(cache.entries_dir())
+        .with_context(|| format!("listing the entries of {}", cache.root().display()))?;
+    let matches: Vec<String> = entries
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|name| !prefix.is_empty() && (name.starts_with(&prefix) || prefix.starts_with(name.as_str())))
+        .collect();
+    match matches.as_slice() {
+        [one] => Ok(Manifest::load(&cache.entry(one).manifest())?),
+        [] => bail!(UserError(format!("no entry {prefix} in {}; `ferry status` lists them", cache.root().display()))),
+        many => bail!(UserError(format!("{prefix} matches {} entries ({}); give more digits", many.len(), many.join(", ")))),
+    }
+}
+
+/// Mirrors now, then leaves the copy to a detached `ferry stage` that takes the
+/// destination lock as soon as this process releases it.
+fn start_background(plan: &StagePlan, options: &StageOptions, cache: &CacheLayout) -> anyhow::Result<()> {
+    let dest = &options.dest;
+    let (lock, _) = stage::lock_destination(dest)?;
+    stage::build_mirror(plan, dest)?;
+    let exe = std::env::current_exe().context("finding the ferry executable")?;
+    let mut child = std::process::Command::new(exe);
+    child.arg("stage").arg("--dest").arg(dest).arg("--jobs").arg(options.threads.to_string());
+    match &plan.kind {
+        PlanKind::Entry { .. } => {
+            child.arg("--entry").arg(&plan.id).arg("--cache").arg(std::path::absolute(cache.root())?);
+        }
+        PlanKind::DropIn => {
+            let list_path = state::control_dir(dest).join(format!("files-{}.txt", plan.id));
+            let list: String = plan.files.iter().map(|f| format!("{}\n", f.relative)).collect();
+            crate::fsutil::write_atomic(&list_path, list.as_bytes())?;
+            child.arg("--src").arg(&plan.source_root).arg("--files-from").arg(list_path);
+        }
+    }
+    if options.verify {
+        child.arg("--verify");
+    }
+    let log_path = state::log_path(dest, &plan.id);
+    let log = fs_err::File::create(&log_path)?;
+    use std::os::unix::process::CommandExt;
+    let spawned = child
+        .stdin(Stdio::null())
+        .stdout(log.try_clone()?.into_parts().0)
+        .stderr(log.into_parts().0)
+        .env("FERRY_PROGRESS_INTERVAL", std::env::var("FERRY_PROGRESS_INTERVAL").unwrap_or_else(|_| "10".into()))
+        // Its own process group: a Ctrl-C on the terminal does not stop the copy.
+        .process_group(0)
+        .spawn()
+        .context("starting the background copy")?;
+    let mut queued = stage::new_state(plan, options, Phase::Queued);
+    queued.pid = spawned.id();
+    state::write(dest, &queued)?;
+    drop(lock);
+    println!("mirror ready: {}", plan.dest_root.display());
+    println!("copying in the background (pid {}, log {}); `ferry wait --dest {}` blocks until done", spawned.id(), log_path.display(), dest.display());
+    Ok(())
+}
+
+pub fn wait(dest: Option<PathBuf>, entry: Option<&str>) -> anyhow::Result<()> {
+    let dest = destination(dest)?;
+    match state::wait(&dest, entry, Duration::from_millis(200)) {
+        WaitOutcome::Done(states) => {
+            for s in states {
+                println!("{} ({}) staged: {} files, {}", s.name, s.id, s.files_total, bytesize::ByteSize(s.bytes_total));
+            }
+            Ok(())
+        }
+        WaitOutcome::Failed(s) => bail!(UserError(format!(
+            "staging {} ({}) into {} failed: {}",
+            s.name,
+            s.id,
+            dest.display(),
+            s.error.unwrap_or_default()
+        ))),
+        WaitOutcome::Nothing => bail!(UserError(format!("nothing was staged into {}", dest.display()))),
+    }
+}
+
+fn print_report(report: &StageReport) {
+    let s = &report.state;
+    let copied = bytesize::ByteSize(s.bytes_copied);
+    println!("staged {} ({}) into {}", s.name, s.id, report.dest_root.display());
+    println!(
+        "{} files copied, {} already there; {} in {:.2} s ({}/s){}",
+        report.files_copied,
+        report.files_skipped,
+        copied,
+        report.seconds,
+        bytesize::ByteSize(s.bytes_per_second as u64),
+        if report.waited_for_another_stager { "; waited for another stager" } else { "" },
+    );
+}

@@ -1,0 +1,298 @@
+//! The copy engine: many files in flight (small files are bound by I/O latency,
+//! not CPU), largest first, big files split into chunks copied concurrently with
+//! `copy_file_range` (a read/write loop where the kernel refuses). Each file lands
+//! under a temporary name and is renamed over its destination, so a reader sees
+//! the old symlink or the whole file, never a part.
+
+use std::fs::File;
+use std::io::{self, Read, Write};
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+
+use crate::fsutil;
+
+/// Files above this size are split into chunks of this size.
+const CHUNK_BYTES: u64 = 64 << 20;
+const BUFFER_BYTES: usize = 1 << 20;
+/// Marks ferry's temporary files, so a resumed stage can remove them.
+pub const TEMP_MARK: &str = ".ferry-tmp-";
+
+#[derive(Debug, Clone)]
+pub struct CopyJob {
+    pub source: PathBuf,
+    pub dest: PathBuf,
+    pub size: u64,
+    /// Expected blake3 (hex), checked while copying with `verify`.
+    pub blake3: Option<String>,
+}
+
+#[derive(Debug, Default)]
+pub struct CopyCounters {
+    pub files_done: AtomicU64,
+    pub bytes_done: AtomicU64,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum CopyError {
+    #[error("{doing} {path}: {source}")]
+    Io { doing: &'static str, path: PathBuf, source: io::Error },
+    #[error("{path}: copied {found} bytes, the manifest says {expected}; the cache copy may be damaged: run `ferry verify`")]
+    Size { path: PathBuf, expected: u64, found: u64 },
+    #[error("{path}: blake3 {found} differs from the manifest's {expected}; the cache copy is damaged: run `ferry verify` and re-prepare")]
+    Hash { path: PathBuf, expected: String, found: String },
+}
+
+fn io_error<'a>(doing: &'static str, path: &'a Path) -> impl FnOnce(io::Error) -> CopyError + 'a {
+    move |source| CopyError::Io { doing, path: path.to_path_buf(), source }
+}
+
+/// A unit of work: a whole file, or one chunk of a big file.
+enum Unit {
+    Whole { job: usize },
+    Chunk { job: usize, offset: u64, len: u64 },
+}
+
+/// A big file being assembled from chunks.
+struct Chunked {
+    temp: PathBuf,
+    file: File,
+    chunks_left: AtomicUsize,
+    failed: std::sync::atomic::AtomicBool,
+}
+
+/// Copies every job with `threads` copies in flight; returns the failures (the
+/// other files are still copied).
+pub fn copy_all(jobs: &[CopyJob], threads: usize, verify: bool, counters: &CopyCounters) -> Vec<CopyError> {
+    let failures = Mutex::new(Vec::new());
+    let fail = |err: CopyError| failures.lock().unwrap_or_else(|e| e.into_inner()).push(err);
+
+    // Largest first, so the long copies start early and the tail is short.
+    let mut order: Vec<usize> = (0..jobs.len()).collect();
+    order.sort_by(|&a, &b| jobs[b].size.cmp(&jobs[a].size).then(a.cmp(&b)));
+    let mut chunked: Vec<Option<Chunked>> = (0..jobs.len()).map(|_| None).collect();
+    let mut units = Vec::new();
+    for index in order {
+        let job = &jobs[index];
+        // With verify, a file is hashed in order while copied, so it is not split.
+        if verify || job.size <= CHUNK_BYTES {
+            units.push(Unit::Whole { job: index });
+            continue;
+        }
+        match prepare_chunked(job) {
+            Ok(state) => {
+                let count = job.size.div_ceil(CHUNK_BYTES);
+                state.chunks_left.store(count as usize, Ordering::Relaxed);
+                chunked[index] = Some(state);
+                for chunk in 0..count {
+                    let offset = chunk * CHUNK_BYTES;
+                    units.push(Unit::Chunk { job: index, offset, len: CHUNK_BYTES.min(job.size - offset) });
+                }
+            }
+            Err(err) => fail(err),
+        }
+    }
+
+    let next = AtomicUsize::new(0);
+    std::thread::scope(|scope| {
+        for _ in 0..threads.max(1).min(units.len().max(1)) {
+            scope.spawn(|| {
+                while let Some(unit) = units.get(next.fetch_add(1, Ordering::Relaxed)) {
+                    match *unit {
+                        Unit::Whole { job } => match copy_whole(&jobs[job], verify, counters) {
+                            Ok(()) => {
+                                counters.files_done.fetch_add(1, Ordering::Relaxed);
+                            }
+                            Err(err) => fail(err),
+                        },
+                        Unit::Chunk { job, offset, len } => {
+                            let state = chunked[job].as_ref().expect("chunked jobs have state");
+                            if let Err(err) = copy_chunk(&jobs[job], state, offset, len, counters) {
+                                state.failed.store(true, Ordering::Relaxed);
+                                fail(err);
+                            }
+                            if state.chunks_left.fetch_sub(1, Ordering::AcqRel) == 1 {
+                                match finish_chunked(&jobs[job], state) {
+                                    Ok(()) => {
+                                        counters.files_done.fetch_add(1, Ordering::Relaxed);
+                                    }
+                                    Err(Some(err)) => fail(err),
+                                    Err(None) => {}
+                                }
+                            }
+                        }
+                    }
+                }
+            });
+        }
+    });
+    failures.into_inner().unwrap_or_else(|e| e.into_inner())
+}
+
+/// A temporary file beside `dest`, created exclusively (never through a symlink).
+fn create_temp(dest: &Path) -> Result<(PathBuf, File), CopyError> {
+    let dir = dest.parent().unwrap_or(Path::new("."));
+    let name = dest.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let temp = dir.join(format!(".{name}{TEMP_MARK}{}-{}", std::process::id(), fsutil::unique_suffix()));
+    let file = File::options().write(true).create_new(true).open(&temp).map_err(io_error("creating", &temp))?;
+    Ok((temp, file))
+}
+
+/// Renames the finished temporary file over the destination (its symlink).
+fn land(temp: &Path, file: &File, job: &CopyJob) -> Result<(), CopyError> {
+    let found = file.metadata().map_err(io_error("checking", temp))?.len();
+    if found != job.size {
+        let _ = std::fs::remove_file(temp);
+        return Err(CopyError::Size { path: job.source.clone(), expected: job.size, found });
+    }
+    std::fs::rename(temp, &job.dest).map_err(|source| {
+        let _ = std::fs::remove_file(temp);
+        CopyError::Io { doing: "renaming into place", path: job.dest.clone(), source }
+    })
+}
+
+fn copy_whole(job: &CopyJob, verify: bool, counters: &CopyCounters) -> Result<(), CopyError> {
+    let mut source = File::open(&job.source).map_err(io_error("opening", &job.source))?;
+    let (temp, mut dest) = create_temp(&job.dest)?;
+    let result = if verify {
+        copy_hashing(&mut source, &mut dest, job, counters)
+    } else {
+        // std's File-to-File copy uses copy_file_range, falling back to read/write.
+        io::copy(&mut source, &mut dest)
+            .map(|n| {
+                counters.bytes_done.fetch_add(n, Ordering::Relaxed);
+            })
+            .map_err(io_error("copying", &job.source))
+    };
+    match result {
+        Ok(()) => land(&temp, &dest, job),
+        Err(err) => {
+            let _ = std::fs::remove_file(&temp);
+            Err(err)
+        }
+    }
+}
+
+/// Copies through a buffer, hashing on the way: verification without a second read.
+fn copy_hashing(source: &mut File, dest: &mut File, job: &CopyJob, counters: &CopyCounters) -> Result<(), CopyError> {
+    let mut hasher = blake3::Hasher::new();
+    let mut buffer = vec![0u8; BUFFER_BYTES];
+    loop {
+        let n = source.read(&mut buffer).map_err(io_error("reading", &job.source))?;
+        if n == 0 {
+            break;
+        }
+        hasher.update(&buffer[..n]);
+        dest.write_all(&buffer[..n]).map_err(io_error("writing", &job.dest))?;
+        counters.bytes_done.fetch_add(n as u64, Ordering::Relaxed);
+    }
+    let found = hasher.finalize().to_hex().to_string();
+    match &job.blake3 {
+        Some(expected) if *expected != found => Err(CopyError::Hash { path: job.source.clone(), expected: expected.clone(), found }),
+        _ => Ok(()),
+    }
+}
+
+fn prepare_chunked(job: &CopyJob) -> Result<Chunked, CopyError> {
+    let (temp, file) = create_temp(&job.dest)?;
+    file.set_len(job.size).map_err(io_error("sizing", &temp))?;
+    Ok(Chunked { temp, file, chunks_left: AtomicUsize::new(0), failed: Default::default() })
+}
+
+fn copy_chunk(job: &CopyJob, state: &Chunked, offset: u64, len: u64, counters: &CopyCounters) -> Result<(), CopyError> {
+    let source = File::open(&job.source).map_err(io_error("opening", &job.source))?;
+    let (mut source_offset, mut dest_offset) = (offset, offset);
+    let end = offset + len;
+    while source_offset < end {
+        let want = (end - source_offset) as usize;
+        match rustix::fs::copy_file_range(&source, Some(&mut source_offset), &state.file, Some(&mut dest_offset), want) {
+            Ok(0) => return Err(CopyError::Size { path: job.source.clone(), expected: job.size, found: source_offset }),
+            Ok(n) => {
+                counters.bytes_done.fetch_add(n as u64, Ordering::Relaxed);
+            }
+            Err(rustix::io::Errno::XDEV | rustix::io::Errno::NOSYS | rustix::io::Errno::OPNOTSUPP | rustix::io::Errno::INVAL) => {
+                return copy_range_by_buffer(&source, &state.file, source_offset, end, job, counters);
+            }
+            Err(errno) => return Err(CopyError::Io { doing: "copying", path: job.source.clone(), source: errno.into() }),
+        }
+    }
+    Ok(())
+}
+
+fn copy_range_by_buffer(source: &File, dest: &File, mut offset: u64, end: u64, job: &CopyJob, counters: &CopyCounters) -> Result<(), CopyError> {
+    let mut buffer = vec![0u8; BUFFER_BYTES];
+    while offset < end {
+        let want = BUFFER_BYTES.min((end - offset) as usize);
+        let n = source.read_at(&mut buffer[..want], offset).map_err(io_error("reading", &job.source))?;
+        if n == 0 {
+            return Err(CopyError::Size { path: job.source.clone(), expected: job.size, found: offset });
+        }
+        dest.write_all_at(&buffer[..n], offset).map_err(io_error("writing", &job.dest))?;
+        counters.bytes_done.fetch_add(n as u64, Ordering::Relaxed);
+        offset += n as u64;
+    }
+    Ok(())
+}
+
+/// Lands a chunked file once its last chunk is done; `Err(None)` when a chunk
+/// already reported its failure.
+fn finish_chunked(job: &CopyJob, state: &Chunked) -> Result<(), Option<CopyError>> {
+    if state.failed.load(Ordering::Relaxed) {
+        let _ = std::fs::remove_file(&state.temp);
+        return Err(None);
+    }
+    land(&state.temp, &state.file, job).map_err(Some)
+}
+
+/// Removes temporary files a killed stage left in `dir` and below.
+pub fn remove_stale_temps(dir: &Path) {
+    for entry in walkdir::WalkDir::new(dir).follow_links(false).into_iter().flatten() {
+        if entry.file_type().is_file() && entry.file_name().to_string_lossy().contains(TEMP_MARK) {
+            let _ = std::fs::remove_file(entry.path());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn job(dir: &Path, name: &str, bytes: &[u8]) -> CopyJob {
+        let source = dir.join("src").join(name);
+        std::fs::create_dir_all(source.parent().unwrap()).unwrap();
+        std::fs::write(&source, bytes).unwrap();
+        let dest = dir.join("dest").join(name);
+        std::fs::create_dir_all(dest.parent().unwrap()).unwrap();
+        std::os::unix::fs::symlink(&source, &dest).unwrap();
+        CopyJob { source, dest, size: bytes.len() as u64, blake3: Some(blake3::hash(bytes).to_hex().to_string()) }
+    }
+
+    #[test]
+    fn copies_replace_symlinks_with_whole_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let big: Vec<u8> = (0..(CHUNK_BYTES as usize * 2 + 12345)).map(|i| (i % 251) as u8).collect();
+        let jobs = vec![job(dir.path(), "small", b"hello"), job(dir.path(), "big", &big), job(dir.path(), "empty", b"")];
+        let counters = CopyCounters::default();
+        let failures = copy_all(&jobs, 4, false, &counters);
+        assert!(failures.is_empty(), "{failures:?}");
+        for job in &jobs {
+            assert!(job.dest.symlink_metadata().unwrap().file_type().is_file());
+            assert_eq!(std::fs::read(&job.dest).unwrap(), std::fs::read(&job.source).unwrap());
+        }
+        assert_eq!(counters.files_done.load(Ordering::Relaxed), 3);
+        assert_eq!(counters.bytes_done.load(Ordering::Relaxed), big.len() as u64 + 5);
+    }
+
+    #[test]
+    fn verify_catches_a_corrupted_source_and_keeps_the_symlink() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut bad = job(dir.path(), "bad", b"original bytes");
+        bad.blake3 = Some(blake3::hash(b"other bytes").to_hex().to_string());
+        let failures = copy_all(&[bad.clone()], 2, true, &CopyCounters::default());
+        assert!(matches!(failures.as_slice(), [CopyError::Hash { .. }]), "{failures:?}");
+        assert!(bad.dest.symlink_metadata().unwrap().file_type().is_symlink());
+        let leftovers: Vec<_> = std::fs::read_dir(dir.path().join("dest")).unwrap().flatten().map(|e| e.file_name()).collect();
+        assert_eq!(leftovers.len(), 1, "no temporary file left: {leftovers:?}");
+    }
+}

@@ -1,0 +1,423 @@
+//! `stage`: mirror the cache into a node-local destination as symlinks and copy
+//! the active entry's files in, safely re-runnable and resumable.
+//!
+//! One stager at a time per destination: an exclusive `flock` on
+//! `<dest>/.ferry/stage.lock` (the destination is node-local, and the kernel
+//! releases the lock when its holder dies). Others wait for it, then find the
+//! files complete and copy nothing.
+
+pub mod copy;
+pub mod mirror;
+pub mod state;
+
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use rayon::prelude::*;
+
+use crate::cache::layout::{CacheLayout, MANIFEST_FILE};
+use crate::cache::lease::Lease;
+use crate::cache::manifest::Manifest;
+use crate::fsutil;
+use crate::progress::{self, ProgressMode, Reporter};
+use copy::{CopyCounters, CopyError, CopyJob};
+use state::{Phase, StageState};
+
+#[derive(Debug, thiserror::Error)]
+pub enum StageError {
+    #[error(
+        "not enough space in {dest}: staging needs {needed}, {available} available; free space there or stage to another --dest"
+    )]
+    NoSpace { dest: PathBuf, needed: bytesize::ByteSize, available: bytesize::ByteSize },
+    #[error("{doing} {path}: {source}")]
+    Io { doing: &'static str, path: PathBuf, source: std::io::Error },
+    #[error("{count} file(s) failed to stage into {dest}; first: {first}")]
+    Copy { dest: PathBuf, count: usize, first: CopyError },
+    #[error("{path}: the cache has {found} bytes, the manifest says {expected}; run `ferry verify` on the entry")]
+    SourceSize { path: PathBuf, expected: u64, found: u64 },
+    #[error("--files-from lists no file; refusing to guess (an empty list never means \"copy everything\")")]
+    EmptyList,
+    #[error("--files-from line {line}: {path:?} is not a relative path inside {src}")]
+    OutsideSource { line: usize, path: String, src: PathBuf },
+    #[error("--files-from line {line}: {path} is not a regular file")]
+    NotAFile { line: usize, path: PathBuf },
+}
+
+impl StageError {
+    /// Whether the user can fix this (exit 1) rather than an internal failure (exit 2).
+    pub fn is_user_error(&self) -> bool {
+        match self {
+            StageError::Io { source, .. } => {
+                matches!(source.kind(), std::io::ErrorKind::StorageFull | std::io::ErrorKind::PermissionDenied | std::io::ErrorKind::QuotaExceeded)
+            }
+            _ => true,
+        }
+    }
+
+    fn io<'a>(doing: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -> StageError + 'a {
+        move |source| StageError::Io { doing, path: path.to_path_buf(), source }
+    }
+}
+
+/// One file to stage, relative to the source and destination roots.
+#[derive(Debug, Clone)]
+pub struct PlannedFile {
+    pub relative: String,
+    pub size: u64,
+    pub blake3: Option<String>,
+}
+
+/// What to stage.
+pub struct StagePlan {
+    /// Short fingerprint, or `dropin-<hash>`.
+    pub id: String,
+    pub name: String,
+    pub source_root: PathBuf,
+    /// Where the files land: `<dest>/entries/<fp16>`, or `<dest>` in drop-in mode.
+    pub dest_root: PathBuf,
+    pub files: Vec<PlannedFile>,
+    pub kind: PlanKind,
+}
+
+pub enum PlanKind {
+    /// A cache entry: mirror the rest of the cache too, and hold a lease.
+    Entry { cache: CacheLayout },
+    /// An existing Hugging Face cache directory mirrored file by file.
+    DropIn,
+}
+
+#[derive(Debug, Clone)]
+pub struct StageOptions {
+    pub dest: PathBuf,
+    /// Copies in flight.
+    pub threads: usize,
+    pub verify: bool,
+    pub progress: ProgressMode,
+}
+
+/// What a finished staging did.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct StageReport {
+    #[serde(flatten)]
+    pub state: StageState,
+    pub files_copied: u64,
+    pub files_skipped: u64,
+    pub seconds: f64,
+    pub dest_root: PathBuf,
+    pub waited_for_another_stager: bool,
+}
+
+/// The plan for a published cache entry: every file of the manifest, and the manifest.
+pub fn plan_entry(cache: &CacheLayout, manifest: &Manifest, dest: &Path) -> Result<StagePlan, StageError> {
+    let short = manifest.short_fingerprint().to_string();
+    let source_root = absolute(cache.entry(&short).root());
+    let manifest_path = source_root.join(MANIFEST_FILE);
+    let manifest_size = std::fs::metadata(&manifest_path).map_err(StageError::io("reading", &manifest_path))?.len();
+    let mut files: Vec<PlannedFile> = manifest
+        .files
+        .iter()
+        .map(|f| PlannedFile { relative: f.path.clone(), size: f.size, blake3: Some(f.blake3.clone()) })
+        .collect();
+    files.push(PlannedFile { relative: MANIFEST_FILE.into(), size: manifest_size, blake3: None });
+    Ok(StagePlan {
+        id: short.clone(),
+        name: manifest.name.clone(),
+        source_root,
+        dest_root: dest.join("entries").join(&short),
+        files,
+        kind: PlanKind::Entry { cache: CacheLayout::new(absolute(cache.root())) },
+    })
+}
+
+/// The plan for drop-in mode: `list` holds relative paths inside `src`, one per line.
+pub fn plan_drop_in(src: &Path, list: &str, dest: &Path) -> Result<StagePlan, StageError> {
+    let src = absolute(src);
+    let mut files = Vec::new();
+    for (index, line) in list.lines().enumerate() {
+        let relative = line.trim();
+        if relative.is_empty() {
+            continue;
+        }
+        let outside = || StageError::OutsideSource { line: index + 1, path: relative.to_string(), src: src.clone() };
+        let path = Path::new(relative);
+        if path.is_absolute() || path.components().any(|c| !matches!(c, std::path::Component::Normal(_))) {
+            return Err(outside());
+        }
+        let source = src.join(path);
+        let meta = std::fs::metadata(&source).map_err(|_| StageError::NotAFile { line: index + 1, path: source.clone() })?;
+        if !meta.is_file() {
+            return Err(StageError::NotAFile { line: index + 1, path: source });
+        }
+        files.push(PlannedFile { relative: relative.to_string(), size: meta.len(), blake3: None });
+    }
+    if files.is_empty() {
+        return Err(StageError::EmptyList);
+    }
+    let id = format!("dropin-{}", &blake3::hash(src.as_os_str().as_encoded_bytes()).to_hex()[..16]);
+    let name = src.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    Ok(StagePlan { id, name, source_root: src, dest_root: dest.to_path_buf(), files, kind: PlanKind::DropIn })
+}
+
+fn absolute(path: &Path) -> PathBuf {
+    std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf())
+}
+
+/// Whether the destination already holds this file complete (a regular file of
+/// the right size; with `verify`, also the right blake3).
+fn is_complete(plan: &StagePlan, file: &PlannedFile, verify: bool) -> bool {
+    let path = plan.dest_root.join(&file.relative);
+    let complete = path.symlink_metadata().is_ok_and(|m| m.file_type().is_file() && m.len() == file.size);
+    match (&file.blake3, verify && complete) {
+        (Some(expected), true) => hash_file(&path).is_ok_and(|found| found == *expected),
+        _ => complete,
+    }
+}
+
+fn hash_file(path: &Path) -> std::io::Result<String> {
+    let mut hasher = blake3::Hasher::new();
+    hasher.update_mmap(path)?;
+    Ok(hasher.finalize().to_hex().to_string())
+}
+
+/// Bytes still to copy, checked against the free space on the destination's filesystem.
+fn check_space(plan: &StagePlan, dest: &Path, verify: bool) -> Result<(), StageError> {
+    let needed: u64 = plan.files.par_iter().filter(|f| !is_complete(plan, f, verify)).map(|f| f.size).sum();
+    let mut probe = dest.to_path_buf();
+    while !probe.exists() {
+        if !probe.pop() {
+            break;
+        }
+    }
+    let available = fsutil::available_bytes(&probe).map_err(StageError::io("checking free space on", &probe))?;
+    if needed > available {
+        return Err(StageError::NoSpace { dest: dest.to_path_buf(), needed: bytesize::ByteSize(needed), available: bytesize::ByteSize(available) });
+    }
+    Ok(())
+}
+
+/// Takes the destination's stage lock, waiting for another stager if needed.
+/// Returns the lock (held until dropped) and whether it had to wait.
+pub fn lock_destination(dest: &Path) -> Result<(File, bool), StageError> {
+    let control = state::control_dir(dest);
+    fsutil::create_dir_all(&control).map_err(StageError::io("creating", &control))?;
+    let path = state::lock_path(dest);
+    let file = File::options().create(true).truncate(false).write(true).open(&path).map_err(StageError::io("opening", &path))?;
+    use rustix::fs::{FlockOperation, flock};
+    match flock(&file, FlockOperation::NonBlockingLockExclusive) {
+        Ok(()) => Ok((file, false)),
+        Err(rustix::io::Errno::WOULDBLOCK) => {
+            tracing::info!(dest = %dest.display(), "another ferry stage is staging here; waiting for it");
+            flock(&file, FlockOperation::LockExclusive).map_err(|e| StageError::Io { doing: "locking", path, source: e.into() })?;
+            Ok((file, true))
+        }
+        Err(errno) => Err(StageError::Io { doing: "locking", path, source: errno.into() }),
+    }
+}
+
+/// Mirrors the cache and creates the active entry's tree with symlinks for files
+/// not yet copied. Call with the destination lock held.
+pub fn build_mirror(plan: &StagePlan, dest: &Path) -> Result<(), StageError> {
+    let mirror_error = StageError::io("mirroring into", dest);
+    match &plan.kind {
+        PlanKind::Entry { cache } => {
+            mirror::mirror_cache(cache, dest, &plan.id).map_err(mirror_error)?;
+            mirror::ensure_real_dir(&plan.dest_root).map_err(StageError::io("creating", &plan.dest_root))?;
+            // by-name/<name> names the entry being staged, whatever the cache's link says now.
+            let link = dest.join("by-name").join(&plan.name);
+            mirror::ensure_symlink(&CacheLayout::by_name_target(&plan.id), &link).map_err(StageError::io("linking", &link))?;
+        }
+        PlanKind::DropIn => mirror_tree(&plan.source_root, dest).map_err(mirror_error)?,
+    }
+    let relative: Vec<String> = plan.files.iter().map(|f| f.relative.clone()).collect();
+    mirror::mirror_files(&plan.source_root, &plan.dest_root, &relative).map_err(StageError::io("mirroring into", dest))?;
+    Ok(())
+}
+
+/// Drop-in mode: every file of `src` as a symlink (directories real), `*.lock` skipped.
+fn mirror_tree(src: &Path, dest: &Path) -> std::io::Result<()> {
+    mirror::ensure_real_dir(dest)?;
+    for entry in walkdir::WalkDir::new(src).min_depth(1).follow_links(false) {
+        let entry = entry.map_err(std::io::Error::other)?;
+        let relative = entry.path().strip_prefix(src).map_err(std::io::Error::other)?;
+        let target = dest.join(relative);
+        if entry.file_type().is_dir() {
+            mirror::ensure_real_dir(&target)?;
+        } else if !entry.file_name().to_string_lossy().ends_with(".lock") {
+            let is_copied = target.symlink_metadata().is_ok_and(|m| m.file_type().is_file());
+            if !is_copied {
+                mirror::ensure_symlink(entry.path(), &target)?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Stages in the foreground: lock, mirror, copy what is missing, check sizes.
+pub fn stage(plan: &StagePlan, options: &StageOptions) -> Result<StageReport, StageError> {
+    let started = Instant::now();
+    let dest = &options.dest;
+    // Before creating anything: a full disk must leave nothing behind.
+    check_space(plan, dest, options.verify)?;
+    let (_lock, waited) = lock_destination(dest)?;
+    let _lease = match &plan.kind {
+        PlanKind::Entry { cache } => Some(Lease::acquire(cache, &plan.id, "stage").map_err(StageError::io("taking a lease in", cache.root()))?),
+        PlanKind::DropIn => None,
+    };
+    let mut current = new_state(plan, options, Phase::Mirroring);
+    state::write(dest, &current).map_err(StageError::io("writing state in", dest))?;
+    let result = stage_locked(plan, options, &mut current, started);
+    if let Err(err) = &result {
+        current.phase = Phase::Failed;
+        current.error = Some(err.to_string());
+        current.updated_unix = state::now_unix();
+        let _ = state::write(dest, &current);
+    }
+    result.map(|mut report| {
+        report.waited_for_another_stager = waited;
+        report
+    })
+}
+
+fn stage_locked(plan: &StagePlan, options: &StageOptions, current: &mut StageState, started: Instant) -> Result<StageReport, StageError> {
+    let dest = &options.dest;
+    copy::remove_stale_temps(&plan.dest_root);
+    build_mirror(plan, dest)?;
+    let pending: Vec<&PlannedFile> = plan.files.par_iter().filter(|f| !is_complete(plan, f, options.verify)).collect();
+    // Space again, now that the lock is ours and another stager may have finished.
+    check_space(plan, dest, options.verify)?;
+    let jobs = pending
+        .iter()
+        .map(|file| {
+            let source = plan.source_root.join(&file.relative);
+            let found = std::fs::metadata(&source).map_err(StageError::io("reading", &source))?.len();
+            if found != file.size {
+                return Err(StageError::SourceSize { path: source, expected: file.size, found });
+            }
+            Ok(CopyJob { source, dest: plan.dest_root.join(&file.relative), size: file.size, blake3: file.blake3.clone() })
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let already_bytes: u64 = plan.files.iter().map(|f| f.size).sum::<u64>() - jobs.iter().map(|j| j.size).sum::<u64>();
+    let already_files = (plan.files.len() - jobs.len()) as u64;
+
+    current.phase = Phase::Copying;
+    let counters = Arc::new(CopyCounters::default());
+    let failures = {
+        let _ticker = StateTicker::start(dest.clone(), current.clone(), counters.clone(), already_files, already_bytes);
+        let _reporter = start_reporter(options.progress, counters.clone(), current.files_total, current.bytes_total, already_files, already_bytes);
+        copy::copy_all(&jobs, options.threads, options.verify, &counters)
+    };
+    let copied_bytes = counters.bytes_done.load(Ordering::Relaxed);
+    let copied_files = counters.files_done.load(Ordering::Relaxed);
+    current.files_done = already_files + copied_files;
+    current.bytes_done = already_bytes + copied_bytes;
+    current.bytes_copied = copied_bytes;
+    let seconds = started.elapsed().as_secs_f64();
+    current.bytes_per_second = copied_bytes as f64 / seconds.max(1e-6);
+    current.updated_unix = state::now_unix();
+    if let Some(first) = failures.into_iter().next() {
+        let count = jobs.len() - copied_files as usize;
+        return Err(StageError::Copy { dest: dest.clone(), count, first });
+    }
+    // Sizes after copy: every file is now a regular file of the manifest's size.
+    if let Some(file) = plan.files.iter().find(|f| !is_complete(plan, f, false)) {
+        let path = plan.dest_root.join(&file.relative);
+        let found = path.symlink_metadata().map(|m| m.len()).unwrap_or(0);
+        return Err(StageError::SourceSize { path, expected: file.size, found });
+    }
+    current.phase = Phase::Done;
+    state::write(dest, current).map_err(StageError::io("writing state in", dest))?;
+    Ok(StageReport {
+        state: current.clone(),
+        files_copied: copied_files,
+        files_skipped: already_files,
+        seconds,
+        dest_root: plan.dest_root.clone(),
+        waited_for_another_stager: false,
+    })
+}
+
+pub fn new_state(plan: &StagePlan, options: &StageOptions, phase: Phase) -> StageState {
+    let now = state::now_unix();
+    StageState {
+        id: plan.id.clone(),
+        name: plan.name.clone(),
+        source: plan.source_root.display().to_string(),
+        phase,
+        files_done: 0,
+        files_total: plan.files.len() as u64,
+        bytes_done: 0,
+        bytes_total: plan.files.iter().map(|f| f.size).sum(),
+        bytes_copied: 0,
+        bytes_per_second: 0.0,
+        verify: options.verify,
+        pid: std::process::id(),
+        host: fsutil::host_name(),
+        job_id: std::env::var("SLURM_JOB_ID").ok(),
+        started_unix: now,
+        updated_unix: now,
+        error: None,
+    }
+}
+
+/// Rewrites the state file every half second while copying.
+struct StateTicker {
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl StateTicker {
+    fn start(dest: PathBuf, mut current: StageState, counters: Arc<CopyCounters>, files: u64, bytes: u64) -> StateTicker {
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = stop.clone();
+        let thread = std::thread::spawn(move || {
+            let started = Instant::now();
+            loop {
+                let copied = counters.bytes_done.load(Ordering::Relaxed);
+                current.files_done = files + counters.files_done.load(Ordering::Relaxed);
+                current.bytes_done = bytes + copied;
+                current.bytes_copied = copied;
+                current.bytes_per_second = copied as f64 / started.elapsed().as_secs_f64().max(1e-3);
+                current.updated_unix = state::now_unix();
+                if let Err(err) = state::write(&dest, &current) {
+                    tracing::warn!(error = %err, "cannot update the staging state file");
+                }
+                for _ in 0..5 {
+                    if flag.load(Ordering::Relaxed) {
+                        return;
+                    }
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+            }
+        });
+        StateTicker { stop, thread: Some(thread) }
+    }
+}
+
+impl Drop for StateTicker {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+fn start_reporter(mode: ProgressMode, counters: Arc<CopyCounters>, files: u64, bytes: u64, files_before: u64, bytes_before: u64) -> Reporter {
+    Reporter::start(mode, "stage", move |elapsed| {
+        let copied = counters.bytes_done.load(Ordering::Relaxed);
+        let done = bytes_before + copied;
+        let line = format!(
+            "{}/{} files, {}/{}, {}B/s, ETA {}",
+            files_before + counters.files_done.load(Ordering::Relaxed),
+            files,
+            bytesize::ByteSize(done),
+            bytesize::ByteSize(bytes),
+            progress::per_second(copied, elapsed),
+            progress::eta(copied, bytes - bytes_before, elapsed),
+        );
+        (done, bytes, line)
+    })
+}

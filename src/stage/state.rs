@@ -1,0 +1,137 @@
+//! The staging state file in the destination (`<dest>/.ferry/stage-<id>.json`):
+//! phase, files and bytes done, rate, pid, host, job id. Rewritten atomically at
+//! least every second while staging runs; read by `ferry status` and `ferry wait`.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime};
+
+use serde::{Deserialize, Serialize};
+
+use crate::fsutil;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Phase {
+    /// `--background` handed over to a detached process that has not started yet.
+    Queued,
+    Mirroring,
+    Copying,
+    Done,
+    Failed,
+}
+
+impl Phase {
+    pub fn is_final(self) -> bool {
+        matches!(self, Phase::Done | Phase::Failed)
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct StageState {
+    /// The entry's short fingerprint, or `dropin-<hash>` for `--src` mode.
+    pub id: String,
+    pub name: String,
+    pub source: String,
+    pub phase: Phase,
+    pub files_done: u64,
+    pub files_total: u64,
+    pub bytes_done: u64,
+    pub bytes_total: u64,
+    /// Bytes copied by this run (the rest were already there).
+    pub bytes_copied: u64,
+    pub bytes_per_second: f64,
+    pub verify: bool,
+    pub pid: u32,
+    pub host: String,
+    pub job_id: Option<String>,
+    pub started_unix: u64,
+    pub updated_unix: u64,
+    pub error: Option<String>,
+}
+
+impl StageState {
+    /// Whether the process that owns this state is gone before finishing.
+    pub fn owner_died(&self) -> bool {
+        !self.phase.is_final() && self.host == fsutil::host_name() && !fsutil::process_alive(self.pid)
+    }
+}
+
+/// `<dest>/.ferry`, ferry's own files in a destination (never inside an entry).
+pub fn control_dir(dest: &Path) -> PathBuf {
+    dest.join(".ferry")
+}
+
+pub fn state_path(dest: &Path, id: &str) -> PathBuf {
+    control_dir(dest).join(format!("stage-{id}.json"))
+}
+
+pub fn lock_path(dest: &Path) -> PathBuf {
+    control_dir(dest).join("stage.lock")
+}
+
+pub fn log_path(dest: &Path, id: &str) -> PathBuf {
+    control_dir(dest).join(format!("stage-{id}.log"))
+}
+
+pub fn write(dest: &Path, state: &StageState) -> std::io::Result<()> {
+    fsutil::write_json_atomic(&state_path(dest, &state.id), state)
+}
+
+pub fn read(path: &Path) -> Option<StageState> {
+    serde_json::from_slice(&std::fs::read(path).ok()?).ok()
+}
+
+/// Every staging state in a destination.
+pub fn read_all(dest: &Path) -> Vec<StageState> {
+    let Ok(entries) = std::fs::read_dir(control_dir(dest)) else { return Vec::new() };
+    let mut states: Vec<StageState> = entries
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.file_name().is_some_and(|n| n.to_string_lossy().starts_with("stage-")) && p.extension().is_some_and(|e| e == "json"))
+        .filter_map(|p| read(&p))
+        .collect();
+    states.sort_by(|a, b| a.id.cmp(&b.id));
+    states
+}
+
+pub fn now_unix() -> u64 {
+    SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| d.as_secs())
+}
+
+/// Outcome of waiting for a destination's stagings.
+#[derive(Debug)]
+pub enum WaitOutcome {
+    Done(Vec<StageState>),
+    Failed(StageState),
+    Nothing,
+}
+
+/// Blocks until every staging in `dest` (or only `id`) is done or failed.
+/// A staging whose process died before finishing counts as failed.
+pub fn wait(dest: &Path, id: Option<&str>, poll: Duration) -> WaitOutcome {
+    loop {
+        let states: Vec<StageState> = read_all(dest).into_iter().filter(|s| id.is_none_or(|id| s.id.starts_with(id))).collect();
+        if states.is_empty() {
+            return WaitOutcome::Nothing;
+        }
+        if let Some(failed) = states.iter().find(|s| s.phase == Phase::Failed) {
+            return WaitOutcome::Failed(failed.clone());
+        }
+        if let Some(dead) = states.iter().find(|s| s.owner_died()) {
+            // The owner may have just finished: read once more before calling it dead.
+            match read(&state_path(dest, &dead.id)) {
+                Some(latest) if latest.phase.is_final() => continue,
+                _ => {
+                    let mut failed = dead.clone();
+                    failed.phase = Phase::Failed;
+                    failed.error = Some(format!("the staging process {} on {} died before finishing", dead.pid, dead.host));
+                    return WaitOutcome::Failed(failed);
+                }
+            }
+        }
+        if states.iter().all(|s| s.phase == Phase::Done) {
+            return WaitOutcome::Done(states);
+        }
+        std::thread::sleep(poll);
+    }
+}
