@@ -137,7 +137,13 @@ mod tests {
         let leases = cache.leases("abcd");
         std::fs::create_dir_all(&leases).unwrap();
         // A pid that cannot exist (above pid_max).
-        let info = LeaseInfo { host: fsutil::host_name(), pid: 999_999_999, kind: "stage".into(), job_id: None, started_unix: 0 };
+        let info = LeaseInfo {
+            host: fsutil::host_name(),
+            pid: 999_999_999,
+            kind: "stage".into(),
+            job_id: None,
+            started_unix: 0,
+        };
         std::fs::write(leases.join("x"), serde_json::to_vec(&info).unwrap()).unwrap();
         assert!(live_leases(&cache, "abcd").is_empty());
         assert!(!leases.join("x").exists(), "dead lease removed");

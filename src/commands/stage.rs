@@ -56,12 +56,15 @@ pub fn run(args: StageArgs, progress: ProgressMode) -> anyhow::Result<()> {
     Ok(())
 }
 
-
 /// `--dest`, else `$SLURM_TMPDIR/ferry`.
 fn destination(flag: Option<PathBuf>) -> anyhow::Result<PathBuf> {
     let dest = flag
-        .or_else(|| std::env::var_os("SLURM_TMPDIR").filter(|v| !v.is_empty()).map(|dir| PathBuf::from(dir).join("ferry")))
-        .ok_or_else(|| UserError("no destination: pass --dest DIR, or run inside a Slurm job that sets SLURM_TMPDIR".into()))?;
+        .or_else(|| {
+            std::env::var_os("SLURM_TMPDIR").filter(|v| !v.is_empty()).map(|dir| PathBuf::from(dir).join("ferry"))
+        })
+        .ok_or_else(|| {
+            UserError("no destination: pass --dest DIR, or run inside a Slurm job that sets SLURM_TMPDIR".into())
+        })?;
     Ok(std::path::absolute(&dest).unwrap_or(dest))
 }
 
@@ -93,7 +96,9 @@ pub fn find_entry(cache: &CacheLayout, prefix: &str) -> anyhow::Result<Manifest>
     match matches.as_slice() {
         [one] => Ok(Manifest::load(&cache.entry(one).manifest())?),
         [] => bail!(UserError(format!("no entry {prefix} in {}; `ferry status` lists them", cache.root().display()))),
-        many => bail!(UserError(format!("{prefix} matches {} entries ({}); give more digits", many.len(), many.join(", ")))),
+        many => {
+            bail!(UserError(format!("{prefix} matches {} entries ({}); give more digits", many.len(), many.join(", "))))
+        }
     }
 }
 
@@ -137,7 +142,12 @@ fn start_background(plan: &StagePlan, options: &StageOptions, cache: &CacheLayou
     state::write(dest, &queued)?;
     drop(lock);
     println!("mirror ready: {}", plan.dest_root.display());
-    println!("copying in the background (pid {}, log {}); `ferry wait --dest {}` blocks until done", spawned.id(), log_path.display(), dest.display());
+    println!(
+        "copying in the background (pid {}, log {}); `ferry wait --dest {}` blocks until done",
+        spawned.id(),
+        log_path.display(),
+        dest.display()
+    );
     Ok(())
 }
 
@@ -146,7 +156,13 @@ pub fn wait(dest: Option<PathBuf>, entry: Option<&str>) -> anyhow::Result<()> {
     match state::wait(&dest, entry, Duration::from_millis(200)) {
         WaitOutcome::Done(states) => {
             for s in states {
-                println!("{} ({}) staged: {} files, {}", s.name, s.id, s.files_total, bytesize::ByteSize(s.bytes_total));
+                println!(
+                    "{} ({}) staged: {} files, {}",
+                    s.name,
+                    s.id,
+                    s.files_total,
+                    bytesize::ByteSize(s.bytes_total)
+                );
             }
             Ok(())
         }

@@ -38,9 +38,13 @@ pub struct CopyCounters {
 pub enum CopyError {
     #[error("{doing} {path}: {source}")]
     Io { doing: &'static str, path: PathBuf, source: io::Error },
-    #[error("{path}: copied {found} bytes, the manifest says {expected}; the cache copy may be damaged: run `ferry verify`")]
+    #[error(
+        "{path}: copied {found} bytes, the manifest says {expected}; the cache copy may be damaged: run `ferry verify`"
+    )]
     Size { path: PathBuf, expected: u64, found: u64 },
-    #[error("{path}: blake3 {found} differs from the manifest's {expected}; the cache copy is damaged: run `ferry verify` and re-prepare")]
+    #[error(
+        "{path}: blake3 {found} differs from the manifest's {expected}; the cache copy is damaged: run `ferry verify` and re-prepare"
+    )]
     Hash { path: PathBuf, expected: String, found: String },
 }
 
@@ -189,7 +193,9 @@ fn copy_hashing(source: &mut File, dest: &mut File, job: &CopyJob, counters: &Co
     }
     let found = hasher.finalize().to_hex().to_string();
     match &job.blake3 {
-        Some(expected) if *expected != found => Err(CopyError::Hash { path: job.source.clone(), expected: expected.clone(), found }),
+        Some(expected) if *expected != found => {
+            Err(CopyError::Hash { path: job.source.clone(), expected: expected.clone(), found })
+        }
         _ => Ok(()),
     }
 }
@@ -206,21 +212,38 @@ fn copy_chunk(job: &CopyJob, state: &Chunked, offset: u64, len: u64, counters: &
     let end = offset + len;
     while source_offset < end {
         let want = (end - source_offset) as usize;
-        match rustix::fs::copy_file_range(&source, Some(&mut source_offset), &state.file, Some(&mut dest_offset), want) {
-            Ok(0) => return Err(CopyError::Size { path: job.source.clone(), expected: job.size, found: source_offset }),
+        match rustix::fs::copy_file_range(&source, Some(&mut source_offset), &state.file, Some(&mut dest_offset), want)
+        {
+            Ok(0) => {
+                return Err(CopyError::Size { path: job.source.clone(), expected: job.size, found: source_offset });
+            }
             Ok(n) => {
                 counters.bytes_done.fetch_add(n as u64, Ordering::Relaxed);
             }
-            Err(rustix::io::Errno::XDEV | rustix::io::Errno::NOSYS | rustix::io::Errno::OPNOTSUPP | rustix::io::Errno::INVAL) => {
+            Err(
+                rustix::io::Errno::XDEV
+                | rustix::io::Errno::NOSYS
+                | rustix::io::Errno::OPNOTSUPP
+                | rustix::io::Errno::INVAL,
+            ) => {
                 return copy_range_by_buffer(&source, &state.file, source_offset, end, job, counters);
             }
-            Err(errno) => return Err(CopyError::Io { doing: "copying", path: job.source.clone(), source: errno.into() }),
+            Err(errno) => {
+                return Err(CopyError::Io { doing: "copying", path: job.source.clone(), source: errno.into() });
+            }
         }
     }
     Ok(())
 }
 
-fn copy_range_by_buffer(source: &File, dest: &File, mut offset: u64, end: u64, job: &CopyJob, counters: &CopyCounters) -> Result<(), CopyError> {
+fn copy_range_by_buffer(
+    source: &File,
+    dest: &File,
+    mut offset: u64,
+    end: u64,
+    job: &CopyJob,
+    counters: &CopyCounters,
+) -> Result<(), CopyError> {
     let mut buffer = vec![0u8; BUFFER_BYTES];
     while offset < end {
         let want = BUFFER_BYTES.min((end - offset) as usize);
@@ -272,7 +295,8 @@ mod tests {
     fn copies_replace_symlinks_with_whole_files() {
         let dir = tempfile::tempdir().unwrap();
         let big: Vec<u8> = (0..(CHUNK_BYTES as usize * 2 + 12345)).map(|i| (i % 251) as u8).collect();
-        let jobs = vec![job(dir.path(), "small", b"hello"), job(dir.path(), "big", &big), job(dir.path(), "empty", b"")];
+        let jobs =
+            vec![job(dir.path(), "small", b"hello"), job(dir.path(), "big", &big), job(dir.path(), "empty", b"")];
         let counters = CopyCounters::default();
         let failures = copy_all(&jobs, 4, false, &counters);
         assert!(failures.is_empty(), "{failures:?}");
@@ -292,7 +316,8 @@ mod tests {
         let failures = copy_all(&[bad.clone()], 2, true, &CopyCounters::default());
         assert!(matches!(failures.as_slice(), [CopyError::Hash { .. }]), "{failures:?}");
         assert!(bad.dest.symlink_metadata().unwrap().file_type().is_symlink());
-        let leftovers: Vec<_> = std::fs::read_dir(dir.path().join("dest")).unwrap().flatten().map(|e| e.file_name()).collect();
+        let leftovers: Vec<_> =
+            std::fs::read_dir(dir.path().join("dest")).unwrap().flatten().map(|e| e.file_name()).collect();
         assert_eq!(leftovers.len(), 1, "no temporary file left: {leftovers:?}");
     }
 }

@@ -25,7 +25,9 @@ pub fn ensure_real_dir(path: &Path) -> io::Result<()> {
     }
     match std::fs::create_dir(path) {
         Ok(()) => Ok(()),
-        Err(err) if err.kind() == io::ErrorKind::AlreadyExists && path.symlink_metadata().is_ok_and(|m| m.is_dir()) => Ok(()),
+        Err(err) if err.kind() == io::ErrorKind::AlreadyExists && path.symlink_metadata().is_ok_and(|m| m.is_dir()) => {
+            Ok(())
+        }
         Err(err) => Err(io::Error::new(err.kind(), format!("creating {}: {err}", path.display()))),
     }
 }

@@ -51,7 +51,12 @@ impl StageError {
     pub fn is_user_error(&self) -> bool {
         match self {
             StageError::Io { source, .. } => {
-                matches!(source.kind(), std::io::ErrorKind::StorageFull | std::io::ErrorKind::PermissionDenied | std::io::ErrorKind::QuotaExceeded)
+                matches!(
+                    source.kind(),
+                    std::io::ErrorKind::StorageFull
+                        | std::io::ErrorKind::PermissionDenied
+                        | std::io::ErrorKind::QuotaExceeded
+                )
             }
             _ => true,
         }
@@ -147,7 +152,8 @@ pub fn plan_drop_in(src: &Path, list: &str, dest: &Path) -> Result<StagePlan, St
             return Err(outside());
         }
         let source = src.join(path);
-        let meta = std::fs::metadata(&source).map_err(|_| StageError::NotAFile { line: index + 1, path: source.clone() })?;
+        let meta =
+            std::fs::metadata(&source).map_err(|_| StageError::NotAFile { line: index + 1, path: source.clone() })?;
         if !meta.is_file() {
             return Err(StageError::NotAFile { line: index + 1, path: source });
         }
@@ -193,7 +199,11 @@ fn check_space(plan: &StagePlan, dest: &Path, verify: bool) -> Result<(), StageE
     }
     let available = fsutil::available_bytes(&probe).map_err(StageError::io("checking free space on", &probe))?;
     if needed > available {
-        return Err(StageError::NoSpace { dest: dest.to_path_buf(), needed: bytesize::ByteSize(needed), available: bytesize::ByteSize(available) });
+        return Err(StageError::NoSpace {
+            dest: dest.to_path_buf(),
+            needed: bytesize::ByteSize(needed),
+            available: bytesize::ByteSize(available),
+        });
     }
     Ok(())
 }
@@ -204,13 +214,22 @@ pub fn lock_destination(dest: &Path) -> Result<(File, bool), StageError> {
     let control = state::control_dir(dest);
     fsutil::create_dir_all(&control).map_err(StageError::io("creating", &control))?;
     let path = state::lock_path(dest);
-    let file = File::options().create(true).truncate(false).write(true).open(&path).map_err(StageError::io("opening", &path))?;
+    let file = File::options()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .map_err(StageError::io("opening", &path))?;
     use rustix::fs::{FlockOperation, flock};
     match flock(&file, FlockOperation::NonBlockingLockExclusive) {
         Ok(()) => Ok((file, false)),
         Err(rustix::io::Errno::WOULDBLOCK) => {
             tracing::info!(dest = %dest.display(), "another ferry stage is staging here; waiting for it");
-            flock(&file, FlockOperation::LockExclusive).map_err(|e| StageError::Io { doing: "locking", path, source: e.into() })?;
+            flock(&file, FlockOperation::LockExclusive).map_err(|e| StageError::Io {
+                doing: "locking",
+                path,
+                source: e.into(),
+            })?;
             Ok((file, true))
         }
         Err(errno) => Err(StageError::Io { doing: "locking", path, source: errno.into() }),
@@ -227,12 +246,14 @@ pub fn build_mirror(plan: &StagePlan, dest: &Path) -> Result<(), StageError> {
             mirror::ensure_real_dir(&plan.dest_root).map_err(StageError::io("creating", &plan.dest_root))?;
             // by-name/<name> names the entry being staged, whatever the cache's link says now.
             let link = dest.join("by-name").join(&plan.name);
-            mirror::ensure_symlink(&CacheLayout::by_name_target(&plan.id), &link).map_err(StageError::io("linking", &link))?;
+            mirror::ensure_symlink(&CacheLayout::by_name_target(&plan.id), &link)
+                .map_err(StageError::io("linking", &link))?;
         }
         PlanKind::DropIn => mirror_tree(&plan.source_root, dest).map_err(mirror_error)?,
     }
     let relative: Vec<String> = plan.files.iter().map(|f| f.relative.clone()).collect();
-    mirror::mirror_files(&plan.source_root, &plan.dest_root, &relative).map_err(StageError::io("mirroring into", dest))?;
+    mirror::mirror_files(&plan.source_root, &plan.dest_root, &relative)
+        .map_err(StageError::io("mirroring into", dest))?;
     Ok(())
 }
 
@@ -263,7 +284,9 @@ pub fn stage(plan: &StagePlan, options: &StageOptions) -> Result<StageReport, St
     check_space(plan, dest, options.verify)?;
     let (_lock, waited) = lock_destination(dest)?;
     let _lease = match &plan.kind {
-        PlanKind::Entry { cache } => Some(Lease::acquire(cache, &plan.id, "stage").map_err(StageError::io("taking a lease in", cache.root()))?),
+        PlanKind::Entry { cache } => {
+            Some(Lease::acquire(cache, &plan.id, "stage").map_err(StageError::io("taking a lease in", cache.root()))?)
+        }
         PlanKind::DropIn => None,
     };
     let mut current = new_state(plan, options, Phase::Mirroring);
@@ -281,7 +304,12 @@ pub fn stage(plan: &StagePlan, options: &StageOptions) -> Result<StageReport, St
     })
 }
 
-fn stage_locked(plan: &StagePlan, options: &StageOptions, current: &mut StageState, started: Instant) -> Result<StageReport, StageError> {
+fn stage_locked(
+    plan: &StagePlan,
+    options: &StageOptions,
+    current: &mut StageState,
+    started: Instant,
+) -> Result<StageReport, StageError> {
     let dest = &options.dest;
     copy::remove_stale_temps(&plan.dest_root);
     build_mirror(plan, dest)?;
@@ -296,7 +324,12 @@ fn stage_locked(plan: &StagePlan, options: &StageOptions, current: &mut StageSta
             if found != file.size {
                 return Err(StageError::SourceSize { path: source, expected: file.size, found });
             }
-            Ok(CopyJob { source, dest: plan.dest_root.join(&file.relative), size: file.size, blake3: file.blake3.clone() })
+            Ok(CopyJob {
+                source,
+                dest: plan.dest_root.join(&file.relative),
+                size: file.size,
+                blake3: file.blake3.clone(),
+            })
         })
         .collect::<Result<Vec<_>, _>>()?;
     let already_bytes: u64 = plan.files.iter().map(|f| f.size).sum::<u64>() - jobs.iter().map(|j| j.size).sum::<u64>();
@@ -306,7 +339,14 @@ fn stage_locked(plan: &StagePlan, options: &StageOptions, current: &mut StageSta
     let counters = Arc::new(CopyCounters::default());
     let failures = {
         let _ticker = StateTicker::start(dest.clone(), current.clone(), counters.clone(), already_files, already_bytes);
-        let _reporter = start_reporter(options.progress, counters.clone(), current.files_total, current.bytes_total, already_files, already_bytes);
+        let _reporter = start_reporter(
+            options.progress,
+            counters.clone(),
+            current.files_total,
+            current.bytes_total,
+            already_files,
+            already_bytes,
+        );
         copy::copy_all(&jobs, options.threads, options.verify, &counters)
     };
     let copied_bytes = counters.bytes_done.load(Ordering::Relaxed);
@@ -369,7 +409,13 @@ struct StateTicker {
 }
 
 impl StateTicker {
-    fn start(dest: PathBuf, mut current: StageState, counters: Arc<CopyCounters>, files: u64, bytes: u64) -> StateTicker {
+    fn start(
+        dest: PathBuf,
+        mut current: StageState,
+        counters: Arc<CopyCounters>,
+        files: u64,
+        bytes: u64,
+    ) -> StateTicker {
         let stop = Arc::new(AtomicBool::new(false));
         let flag = stop.clone();
         let thread = std::thread::spawn(move || {
@@ -405,7 +451,14 @@ impl Drop for StateTicker {
     }
 }
 
-fn start_reporter(mode: ProgressMode, counters: Arc<CopyCounters>, files: u64, bytes: u64, files_before: u64, bytes_before: u64) -> Reporter {
+fn start_reporter(
+    mode: ProgressMode,
+    counters: Arc<CopyCounters>,
+    files: u64,
+    bytes: u64,
+    files_before: u64,
+    bytes_before: u64,
+) -> Reporter {
     Reporter::start(mode, "stage", move |elapsed| {
         let copied = counters.bytes_done.load(Ordering::Relaxed);
         let done = bytes_before + copied;

@@ -87,7 +87,10 @@ pub fn read_all(dest: &Path) -> Vec<StageState> {
     let mut states: Vec<StageState> = entries
         .flatten()
         .map(|e| e.path())
-        .filter(|p| p.file_name().is_some_and(|n| n.to_string_lossy().starts_with("stage-")) && p.extension().is_some_and(|e| e == "json"))
+        .filter(|p| {
+            p.file_name().is_some_and(|n| n.to_string_lossy().starts_with("stage-"))
+                && p.extension().is_some_and(|e| e == "json")
+        })
         .filter_map(|p| read(&p))
         .collect();
     states.sort_by(|a, b| a.id.cmp(&b.id));
@@ -110,7 +113,8 @@ pub enum WaitOutcome {
 /// A staging whose process died before finishing counts as failed.
 pub fn wait(dest: &Path, id: Option<&str>, poll: Duration) -> WaitOutcome {
     loop {
-        let states: Vec<StageState> = read_all(dest).into_iter().filter(|s| id.is_none_or(|id| s.id.starts_with(id))).collect();
+        let states: Vec<StageState> =
+            read_all(dest).into_iter().filter(|s| id.is_none_or(|id| s.id.starts_with(id))).collect();
         if states.is_empty() {
             return WaitOutcome::Nothing;
         }
@@ -124,7 +128,8 @@ pub fn wait(dest: &Path, id: Option<&str>, poll: Duration) -> WaitOutcome {
                 _ => {
                     let mut failed = dead.clone();
                     failed.phase = Phase::Failed;
-                    failed.error = Some(format!("the staging process {} on {} died before finishing", dead.pid, dead.host));
+                    failed.error =
+                        Some(format!("the staging process {} on {} died before finishing", dead.pid, dead.host));
                     return WaitOutcome::Failed(failed);
                 }
             }
