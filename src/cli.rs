@@ -54,6 +54,55 @@ pub enum Command {
         #[arg(long)]
         entry: Option<String>,
     },
+    /// What the cache holds, builds in progress, and this node's staging.
+    Status {
+        #[command(flatten)]
+        cache: CacheArgs,
+        /// A staging destination to report on [default: $SLURM_TMPDIR/ferry when set]
+        #[arg(long, value_name = "DIR")]
+        dest: Option<PathBuf>,
+        /// Print JSON (fields documented in the README).
+        #[arg(long)]
+        json: bool,
+    },
+    /// Evict entries by policy (least recently used first), never one in use; reclaim abandoned builds.
+    Gc {
+        #[command(flatten)]
+        cache: CacheArgs,
+        /// Keep the total size under SIZE (e.g. 500G, 2TiB).
+        #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+        max_size: Option<u64>,
+        /// Evict entries unused for longer than DURATION (e.g. 30d, 12h).
+        #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
+        max_age: Option<std::time::Duration>,
+        /// Keep at most N entries (the most recently used).
+        #[arg(long, value_name = "N")]
+        keep: Option<usize>,
+        /// Show what would be removed; change nothing.
+        #[arg(long)]
+        dry_run: bool,
+        /// Clean this node-local destination instead of the cache.
+        #[arg(long, value_name = "DIR")]
+        dest: Option<PathBuf>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Re-hash entry files and report every file whose size or blake3 differs from its manifest.
+    Verify {
+        /// The entry (fingerprint prefix).
+        #[arg(required_unless_present_any = ["all", "dest"])]
+        fingerprint: Option<String>,
+        /// Every entry in the cache (or every staged entry with --dest).
+        #[arg(long, conflicts_with = "fingerprint")]
+        all: bool,
+        /// Verify the staged copies in this destination instead of the cache.
+        #[arg(long, value_name = "DIR")]
+        dest: Option<PathBuf>,
+        #[command(flatten)]
+        cache: CacheArgs,
+        #[arg(long)]
+        json: bool,
+    },
     /// Make a small Pile-style corpus, prepare it with the embedded GPT-2 tokenizer, stage it, show how to load it.
     Demo {
         /// Where the demo's corpus and cache go.
@@ -93,4 +142,8 @@ pub struct StageArgs {
     /// Print the result as JSON.
     #[arg(long)]
     pub json: bool,
+}
+
+fn parse_size(text: &str) -> Result<u64, String> {
+    parse_size::parse_size(text).map_err(|err| format!("{err}; write e.g. 500G or 2TiB"))
 }

@@ -16,6 +16,7 @@
 //! - `pack`: documents to rows (`concat`, `truncate`, `none`).
 //! - `prepare`: build an entry (parallel over shards, resumable) and publish it.
 //! - `stage`: mirror the cache into a node-local destination and copy the active entry (`plan`, `mirror`, `copy`, `state`).
+//! - `status`, `gc`, `verify`: what the cache holds; eviction by policy; re-hashing against manifests.
 //! - `corpus`: synthetic Pile-style corpora for the demo, tests and benchmarks.
 //! - `progress`: progress bars and periodic log lines.
 //! - `settings`: where the cache is and how many workers to use.
@@ -27,6 +28,7 @@ pub mod commands;
 pub mod corpus;
 pub mod fingerprint;
 pub mod fsutil;
+pub mod gc;
 pub mod inputs;
 pub mod pack;
 pub mod prepare;
@@ -35,4 +37,6 @@ pub mod settings;
 pub mod source;
 pub mod spec;
 pub mod stage;
+pub mod status;
 pub mod tokenizer;
+pub mod verify;

@@ -168,8 +168,30 @@ impl BuildLayout {
         self.root.join("publish.lock")
     }
 
-    /// Progress summary for `ferry status`: shards done and total.
-    pub fn progress_file(&self) -> PathBuf {
-        self.root.join("progress.json")
+    /// One builder's progress for `ferry status`, refreshed by a heartbeat:
+    /// `progress.<host>.<pid>.json`.
+    pub fn progress_file(&self, host: &str, pid: u32) -> PathBuf {
+        self.root.join(format!("progress.{host}.{pid}.json"))
+    }
+
+    /// Every builder's progress file.
+    pub fn progress_files(&self) -> Vec<PathBuf> {
+        let Ok(entries) = std::fs::read_dir(&self.root) else { return Vec::new() };
+        entries
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| p.file_name().is_some_and(|n| n.to_string_lossy().starts_with("progress.")))
+            .collect()
+    }
+
+    /// Finished shard records across splits (a directory listing of the build only).
+    pub fn count_shard_records(&self) -> u64 {
+        let Ok(splits) = std::fs::read_dir(self.root.join("parts")) else { return 0 };
+        splits
+            .flatten()
+            .filter_map(|split| std::fs::read_dir(split.path()).ok())
+            .flat_map(|files| files.flatten())
+            .filter(|f| f.file_name().to_string_lossy().ends_with(".done.json"))
+            .count() as u64
     }
 }

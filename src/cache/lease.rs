@@ -85,33 +85,49 @@ fn touch(path: &Path) {
     }
 }
 
-/// The live leases on an entry. Dead ones are removed on the way.
-pub fn live_leases(cache: &CacheLayout, short_fingerprint: &str) -> Vec<LeaseInfo> {
+/// Every lease file on an entry with its holder and whether it is live: on this
+/// host the process table decides; elsewhere, the heartbeat.
+fn leases(cache: &CacheLayout, short_fingerprint: &str) -> Vec<(PathBuf, Option<LeaseInfo>, bool)> {
     let Ok(entries) = std::fs::read_dir(cache.leases(short_fingerprint)) else { return Vec::new() };
     let host = fsutil::host_name();
-    let mut live = Vec::new();
-    for entry in entries.flatten() {
-        let path = entry.path();
-        let Ok(meta) = entry.metadata() else { continue };
-        let info: Option<LeaseInfo> = std::fs::read(&path).ok().and_then(|bytes| serde_json::from_slice(&bytes).ok());
-        let fresh = meta.modified().ok().and_then(|m| m.elapsed().ok()).is_some_and(|age| age < EXPIRY);
-        let alive = match &info {
-            // On our host, the process table is the truth.
-            Some(info) if info.host == host => fsutil::process_alive(info.pid),
-            // Elsewhere, the heartbeat is.
-            Some(_) => fresh,
-            // Being written right now, or garbage: trust only a fresh file.
-            None => fresh,
-        };
-        match (alive, info) {
-            (true, Some(info)) => live.push(info),
-            (true, None) => {}
-            (false, _) => {
-                let _ = std::fs::remove_file(&path);
-            }
-        }
-    }
-    live
+    entries
+        .flatten()
+        .map(|entry| {
+            let path = entry.path();
+            let fresh = entry
+                .metadata()
+                .ok()
+                .and_then(|m| m.modified().ok())
+                .and_then(|m| m.elapsed().ok())
+                .is_some_and(|age| age < EXPIRY);
+            let info: Option<LeaseInfo> =
+                std::fs::read(&path).ok().and_then(|bytes| serde_json::from_slice(&bytes).ok());
+            let alive = match &info {
+                Some(info) if info.host == host => fsutil::process_alive(info.pid),
+                // Elsewhere, or being written right now: trust only a fresh heartbeat.
+                _ => fresh,
+            };
+            (path, info, alive)
+        })
+        .collect()
+}
+
+/// The live leases on an entry.
+pub fn live_leases(cache: &CacheLayout, short_fingerprint: &str) -> Vec<LeaseInfo> {
+    leases(cache, short_fingerprint)
+        .into_iter()
+        .filter(|(_, _, alive)| *alive)
+        .filter_map(|(_, info, _)| info)
+        .collect()
+}
+
+/// Removes the lease files of dead holders; returns how many.
+pub fn remove_dead_leases(cache: &CacheLayout, short_fingerprint: &str) -> usize {
+    leases(cache, short_fingerprint)
+        .into_iter()
+        .filter(|(_, _, alive)| !alive)
+        .filter(|(path, _, _)| std::fs::remove_file(path).is_ok())
+        .count()
 }
 
 #[cfg(test)]
@@ -146,6 +162,8 @@ mod tests {
         };
         std::fs::write(leases.join("x"), serde_json::to_vec(&info).unwrap()).unwrap();
         assert!(live_leases(&cache, "abcd").is_empty());
-        assert!(!leases.join("x").exists(), "dead lease removed");
+        assert!(leases.join("x").exists(), "looking does not remove");
+        assert_eq!(remove_dead_leases(&cache, "abcd"), 1);
+        assert!(!leases.join("x").exists());
     }
 }

@@ -2,8 +2,11 @@
 //! asked for to stdout, and return errors for `main` to print once.
 
 mod demo;
+mod gc;
 mod prepare;
 mod stage;
+mod status;
+mod verify;
 
 use crate::cli::{Cli, Command};
 use crate::progress::ProgressMode;
@@ -17,6 +20,14 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Stage(args) => stage::run(args, progress),
         Command::Wait { dest, entry } => stage::wait(dest, entry.as_deref()),
+        Command::Status { cache, dest, json } => status::run(&settings::cache_root(cache.cache), dest, json),
+        Command::Gc { cache, max_size, max_age, keep, dry_run, dest, json } => {
+            let policy = crate::gc::GcPolicy { max_size, max_age, keep };
+            gc::run(&settings::cache_root(cache.cache), dest.as_deref(), &policy, dry_run, json)
+        }
+        Command::Verify { fingerprint, all, dest, cache, json } => {
+            verify::run(&settings::cache_root(cache.cache), fingerprint.as_deref(), all, dest.as_deref(), json)
+        }
         Command::Demo { dir } => demo::run(&dir, progress),
     }
 }

@@ -12,7 +12,8 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use rayon::prelude::*;
 
-use crate::cache::layout::{CacheLayout, EntryLayout};
+use crate::cache::layout::{BuildLayout, CacheLayout, EntryLayout};
+use crate::cache::lease::Lease;
 use crate::cache::manifest::{
     BuildRecord, Counts, InputRecord, MANIFEST_VERSION, Manifest, ManifestError, SplitRecord, Timings, TokenizerRecord,
     Totals,
@@ -159,6 +160,8 @@ pub fn prepare(spec: &Spec, cache: &CacheLayout, options: &PrepareOptions) -> Re
             })
         })
         .collect();
+    let _lease = Lease::acquire(cache, &short, "build").map_err(PrepareError::io("taking a build lease"))?;
+    let progress_file = progress_ticker(&build, spec, &located.fingerprint, tasks.len() as u64);
     let counters = Arc::new(BuildCounters::default());
     let context = shard::ShardContext {
         spec,
@@ -199,6 +202,7 @@ pub fn prepare(spec: &Spec, cache: &CacheLayout, options: &PrepareOptions) -> Re
         }
     };
     drop(reporter);
+    drop(progress_file);
     let tokenize_seconds = tokenize_started.elapsed().as_secs_f64();
 
     let publish_started = Instant::now();
@@ -299,6 +303,44 @@ fn start_reporter(mode: ProgressMode, counters: Arc<BuildCounters>, shards: u64,
             progress::eta(done, input_bytes, elapsed),
         );
         (done, input_bytes, line)
+    })
+}
+
+/// What `ferry status` shows of a build in progress.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub struct BuildProgress {
+    pub name: String,
+    pub fingerprint: String,
+    pub host: String,
+    pub pid: u32,
+    pub job_id: Option<String>,
+    pub shards_done: u64,
+    pub shards_total: u64,
+    pub updated_unix: u64,
+}
+
+/// Keeps this builder's progress file fresh every two seconds; it is removed with
+/// the build directory (or by `gc` when the builder died).
+fn progress_ticker(build: &BuildLayout, spec: &Spec, fingerprint: &Fingerprint, shards_total: u64) -> progress::Ticker {
+    let (host, pid) = (fsutil::host_name(), std::process::id());
+    let path = build.progress_file(&host, pid);
+    let build = build.clone();
+    let mut progress = BuildProgress {
+        name: spec.name.clone(),
+        fingerprint: fingerprint.full(),
+        host,
+        pid,
+        job_id: std::env::var("SLURM_JOB_ID").ok(),
+        shards_done: 0,
+        shards_total,
+        updated_unix: 0,
+    };
+    progress::Ticker::every(std::time::Duration::from_secs(2), move || {
+        progress.shards_done = build.count_shard_records();
+        progress.updated_unix = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
+        if build.root().exists() {
+            let _ = fsutil::write_json_atomic(&path, &progress);
+        }
     })
 }
 

@@ -13,7 +13,7 @@ pub mod state;
 use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use rayon::prelude::*;
@@ -22,7 +22,7 @@ use crate::cache::layout::{CacheLayout, MANIFEST_FILE};
 use crate::cache::lease::Lease;
 use crate::cache::manifest::Manifest;
 use crate::fsutil;
-use crate::progress::{self, ProgressMode, Reporter};
+use crate::progress::{self, ProgressMode, Reporter, Ticker};
 use copy::{CopyCounters, CopyError, CopyJob};
 use state::{Phase, StageState};
 
@@ -282,13 +282,14 @@ pub fn stage(plan: &StagePlan, options: &StageOptions) -> Result<StageReport, St
     let dest = &options.dest;
     // Before creating anything: a full disk must leave nothing behind.
     check_space(plan, dest, options.verify)?;
-    let (_lock, waited) = lock_destination(dest)?;
+    // The lease comes first: a stager waiting for another one still needs the entry.
     let _lease = match &plan.kind {
         PlanKind::Entry { cache } => {
             Some(Lease::acquire(cache, &plan.id, "stage").map_err(StageError::io("taking a lease in", cache.root()))?)
         }
         PlanKind::DropIn => None,
     };
+    let (_lock, waited) = lock_destination(dest)?;
     let mut current = new_state(plan, options, Phase::Mirroring);
     state::write(dest, &current).map_err(StageError::io("writing state in", dest))?;
     let result = stage_locked(plan, options, &mut current, started);
@@ -338,7 +339,7 @@ fn stage_locked(
     current.phase = Phase::Copying;
     let counters = Arc::new(CopyCounters::default());
     let failures = {
-        let _ticker = StateTicker::start(dest.clone(), current.clone(), counters.clone(), already_files, already_bytes);
+        let _ticker = state_ticker(dest.clone(), current.clone(), counters.clone(), already_files, already_bytes);
         let _reporter = start_reporter(
             options.progress,
             counters.clone(),
@@ -403,52 +404,19 @@ pub fn new_state(plan: &StagePlan, options: &StageOptions, phase: Phase) -> Stag
 }
 
 /// Rewrites the state file every half second while copying.
-struct StateTicker {
-    stop: Arc<AtomicBool>,
-    thread: Option<std::thread::JoinHandle<()>>,
-}
-
-impl StateTicker {
-    fn start(
-        dest: PathBuf,
-        mut current: StageState,
-        counters: Arc<CopyCounters>,
-        files: u64,
-        bytes: u64,
-    ) -> StateTicker {
-        let stop = Arc::new(AtomicBool::new(false));
-        let flag = stop.clone();
-        let thread = std::thread::spawn(move || {
-            let started = Instant::now();
-            loop {
-                let copied = counters.bytes_done.load(Ordering::Relaxed);
-                current.files_done = files + counters.files_done.load(Ordering::Relaxed);
-                current.bytes_done = bytes + copied;
-                current.bytes_copied = copied;
-                current.bytes_per_second = copied as f64 / started.elapsed().as_secs_f64().max(1e-3);
-                current.updated_unix = state::now_unix();
-                if let Err(err) = state::write(&dest, &current) {
-                    tracing::warn!(error = %err, "cannot update the staging state file");
-                }
-                for _ in 0..5 {
-                    if flag.load(Ordering::Relaxed) {
-                        return;
-                    }
-                    std::thread::sleep(Duration::from_millis(100));
-                }
-            }
-        });
-        StateTicker { stop, thread: Some(thread) }
-    }
-}
-
-impl Drop for StateTicker {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        if let Some(thread) = self.thread.take() {
-            let _ = thread.join();
+fn state_ticker(dest: PathBuf, mut current: StageState, counters: Arc<CopyCounters>, files: u64, bytes: u64) -> Ticker {
+    let started = Instant::now();
+    Ticker::every(Duration::from_millis(500), move || {
+        let copied = counters.bytes_done.load(Ordering::Relaxed);
+        current.files_done = files + counters.files_done.load(Ordering::Relaxed);
+        current.bytes_done = bytes + copied;
+        current.bytes_copied = copied;
+        current.bytes_per_second = copied as f64 / started.elapsed().as_secs_f64().max(1e-3);
+        current.updated_unix = state::now_unix();
+        if let Err(err) = state::write(&dest, &current) {
+            tracing::warn!(error = %err, "cannot update the staging state file");
         }
-    }
+    })
 }
 
 fn start_reporter(

@@ -20,6 +20,18 @@ pub enum Phase {
     Failed,
 }
 
+impl std::fmt::Display for Phase {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Phase::Queued => "queued",
+            Phase::Mirroring => "mirroring",
+            Phase::Copying => "copying",
+            Phase::Done => "done",
+            Phase::Failed => "failed",
+        })
+    }
+}
+
 impl Phase {
     pub fn is_final(self) -> bool {
         matches!(self, Phase::Done | Phase::Failed)

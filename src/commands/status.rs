@@ -1,0 +1,112 @@
+//! `ferry status`: a table of entries and builds, and this node's staging.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, UNIX_EPOCH};
+
+use serde_json::json;
+
+use crate::cache::layout::CacheLayout;
+use crate::stage::state::StageState;
+use crate::status::{self, CacheStatus};
+
+pub fn run(cache_root: &Path, dest: Option<PathBuf>, as_json: bool) -> anyhow::Result<()> {
+    let cache = CacheLayout::new(cache_root);
+    let report = status::cache_status(&cache);
+    let dest = dest
+        .or_else(|| std::env::var_os("SLURM_TMPDIR").filter(|v| !v.is_empty()).map(|d| PathBuf::from(d).join("ferry")));
+    let staging = dest.as_deref().map(status::staging).unwrap_or_default();
+    if as_json {
+        let value = json!({
+            "cache": report.cache,
+            "entries": report.entries,
+            "builds": report.builds,
+            "totals": report.totals,
+            "dest": dest,
+            "staging": staging,
+        });
+        println!("{}", serde_json::to_string_pretty(&value)?);
+    } else {
+        print_cache(&report);
+        if let Some(dest) = &dest {
+            print_staging(dest, &staging);
+        }
+    }
+    Ok(())
+}
+
+/// "2026-11-22 05:40" in UTC.
+fn date(unix: u64) -> String {
+    let text = humantime::format_rfc3339_seconds(UNIX_EPOCH + Duration::from_secs(unix)).to_string();
+    text.get(..16).unwrap_or(&text).replace('T', " ")
+}
+
+fn print_cache(report: &CacheStatus) {
+    println!("cache {}", report.cache);
+    if report.entries.is_empty() && report.builds.is_empty() {
+        println!("  (empty)");
+    }
+    if !report.entries.is_empty() {
+        println!(
+            "{:<24} {:<16} {:<18} {:>10} {:>14} {:>10}  {:<16}  {:<16}  STATE",
+            "NAME", "FINGERPRINT", "SPLITS", "ROWS", "TOKENS", "SIZE", "CREATED (UTC)", "LAST USED (UTC)"
+        );
+    }
+    for e in &report.entries {
+        let state = match (e.state.as_str(), e.in_use) {
+            ("ready", 0) => "ready".to_string(),
+            ("ready", n) => format!("ready, in use ({n})"),
+            (other, _) => format!("{other}: {}", e.problem.as_deref().unwrap_or("")),
+        };
+        println!(
+            "{:<24} {:<16} {:<18} {:>10} {:>14} {:>10}  {:<16}  {:<16}  {}",
+            e.name,
+            e.short,
+            e.splits.join(","),
+            e.rows,
+            e.tokens,
+            bytesize::ByteSize(e.bytes).to_string(),
+            date(e.created_unix),
+            date(e.last_used_unix),
+            state
+        );
+    }
+    for b in &report.builds {
+        let who = if b.builders.is_empty() { "no live builder".to_string() } else { b.builders.join(", ") };
+        println!(
+            "{:<24} {:<16} {} {}/{} shards ({}), updated {}",
+            b.name,
+            b.short,
+            b.state,
+            b.shards_done,
+            b.shards_total,
+            who,
+            date(b.updated_unix)
+        );
+    }
+    let t = &report.totals;
+    println!("total: {} entries, {} tokens, {}; {} builds", t.entries, t.tokens, bytesize::ByteSize(t.bytes), t.builds);
+}
+
+fn print_staging(dest: &Path, staging: &[StageState]) {
+    println!("\nstaging into {}", dest.display());
+    if staging.is_empty() {
+        println!("  (nothing staged)");
+    }
+    for s in staging {
+        let percent = if s.bytes_total == 0 { 100.0 } else { 100.0 * s.bytes_done as f64 / s.bytes_total as f64 };
+        println!(
+            "  {:<24} {:<16} {}: {}/{} files, {}/{} ({percent:.0}%), {}/s, pid {} on {}{}",
+            s.name,
+            s.id,
+            s.phase,
+            s.files_done,
+            s.files_total,
+            bytesize::ByteSize(s.bytes_done),
+            bytesize::ByteSize(s.bytes_total),
+            bytesize::ByteSize(s.bytes_per_second as u64),
+            s.pid,
+            s.host,
+            s.error.as_deref().map(|e| format!(": {e}")).unwrap_or_default()
+        );
+    }
+}

@@ -1,0 +1,192 @@
+//! What the cache holds and how far builds and stagings are. Reads manifests,
+//! progress and state files only: no walk of entry directories, so it stays fast
+//! on a parallel filesystem.
+
+use std::path::Path;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use rayon::prelude::*;
+use serde::Serialize;
+
+use crate::cache::layout::CacheLayout;
+use crate::cache::lease::{self, EXPIRY};
+use crate::cache::manifest::Manifest;
+use crate::fsutil;
+use crate::prepare::BuildProgress;
+use crate::stage::state::{self, StageState};
+
+/// One published entry. Field names are part of `ferry status --json` (see README).
+#[derive(Debug, Clone, Serialize)]
+pub struct EntryStatus {
+    pub name: String,
+    pub fingerprint: String,
+    pub short: String,
+    pub splits: Vec<String>,
+    pub rows: u64,
+    pub tokens: u64,
+    pub bytes: u64,
+    pub created_unix: u64,
+    pub last_used_unix: u64,
+    /// "ready", or "invalid" when the manifest cannot be read.
+    pub state: String,
+    /// Live leases (builds or stagings using it now).
+    pub in_use: usize,
+    pub problem: Option<String>,
+}
+
+/// A build in `building/`.
+#[derive(Debug, Clone, Serialize)]
+pub struct BuildStatus {
+    pub short: String,
+    pub name: String,
+    /// "building" while a builder is alive, else "stale".
+    pub state: String,
+    pub shards_done: u64,
+    pub shards_total: u64,
+    pub builders: Vec<String>,
+    pub updated_unix: u64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Totals {
+    pub entries: usize,
+    pub bytes: u64,
+    pub tokens: u64,
+    pub builds: usize,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct CacheStatus {
+    pub cache: String,
+    pub entries: Vec<EntryStatus>,
+    pub builds: Vec<BuildStatus>,
+    pub totals: Totals,
+}
+
+fn unix(time: SystemTime) -> u64 {
+    time.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs())
+}
+
+/// Every entry's status, newest use first.
+pub fn entries(cache: &CacheLayout) -> Vec<EntryStatus> {
+    let Ok(dir) = std::fs::read_dir(cache.entries_dir()) else { return Vec::new() };
+    let names: Vec<String> = dir
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|name| !name.starts_with('.'))
+        .collect();
+    let mut entries: Vec<EntryStatus> = names.par_iter().map(|short| entry_status(cache, short)).collect();
+    entries.sort_by(|a, b| b.last_used_unix.cmp(&a.last_used_unix).then(a.short.cmp(&b.short)));
+    entries
+}
+
+fn entry_status(cache: &CacheLayout, short: &str) -> EntryStatus {
+    let entry = cache.entry(short);
+    let last_used = std::fs::metadata(cache.used_marker(short)).and_then(|m| m.modified()).ok().map(unix);
+    let in_use = lease::live_leases(cache, short).len();
+    match Manifest::load(&entry.manifest()) {
+        Ok(manifest) => EntryStatus {
+            name: manifest.name.clone(),
+            fingerprint: manifest.fingerprint.clone(),
+            short: short.to_string(),
+            splits: manifest.splits.keys().cloned().collect(),
+            rows: manifest.totals.counts.rows,
+            tokens: manifest.totals.counts.tokens,
+            bytes: manifest.totals.bytes,
+            created_unix: manifest.created_unix,
+            last_used_unix: last_used.unwrap_or(manifest.created_unix),
+            state: "ready".into(),
+            in_use,
+            problem: None,
+        },
+        Err(err) => {
+            let modified = std::fs::metadata(entry.root()).and_then(|m| m.modified()).map(unix).unwrap_or(0);
+            EntryStatus {
+                name: String::new(),
+                fingerprint: String::new(),
+                short: short.to_string(),
+                splits: Vec::new(),
+                rows: 0,
+                tokens: 0,
+                bytes: 0,
+                created_unix: modified,
+                last_used_unix: last_used.unwrap_or(modified),
+                state: "invalid".into(),
+                in_use,
+                problem: Some(err.to_string()),
+            }
+        }
+    }
+}
+
+/// Whether a builder's progress file shows a live builder.
+pub fn builder_alive(progress: &BuildProgress, file_age: Option<Duration>) -> bool {
+    if progress.host == fsutil::host_name() {
+        fsutil::process_alive(progress.pid)
+    } else {
+        file_age.is_some_and(|age| age < EXPIRY)
+    }
+}
+
+/// Builds in progress or abandoned.
+pub fn builds(cache: &CacheLayout) -> Vec<BuildStatus> {
+    let Ok(dir) = std::fs::read_dir(cache.building_dir()) else { return Vec::new() };
+    let mut builds = Vec::new();
+    for item in dir.flatten() {
+        let short = item.file_name().to_string_lossy().into_owned();
+        let build = cache.build(&short);
+        let mut status = BuildStatus {
+            short: short.clone(),
+            name: String::new(),
+            state: "stale".into(),
+            shards_done: build.count_shard_records(),
+            shards_total: 0,
+            builders: Vec::new(),
+            updated_unix: item.metadata().and_then(|m| m.modified()).map(unix).unwrap_or(0),
+        };
+        for path in build.progress_files() {
+            let Some(progress) =
+                std::fs::read(&path).ok().and_then(|b| serde_json::from_slice::<BuildProgress>(&b).ok())
+            else {
+                continue;
+            };
+            let age = std::fs::metadata(&path).and_then(|m| m.modified()).ok().and_then(|m| m.elapsed().ok());
+            status.name = progress.name.clone();
+            status.shards_total = status.shards_total.max(progress.shards_total);
+            status.updated_unix = status.updated_unix.max(progress.updated_unix);
+            if builder_alive(&progress, age) {
+                status.state = "building".into();
+                status.builders.push(format!("{}:{}", progress.host, progress.pid));
+            }
+        }
+        builds.push(status);
+    }
+    builds.sort_by(|a, b| a.short.cmp(&b.short));
+    builds
+}
+
+pub fn cache_status(cache: &CacheLayout) -> CacheStatus {
+    let entries = entries(cache);
+    let builds = builds(cache);
+    let totals = Totals {
+        entries: entries.len(),
+        bytes: entries.iter().map(|e| e.bytes).sum(),
+        tokens: entries.iter().map(|e| e.tokens).sum(),
+        builds: builds.len(),
+    };
+    CacheStatus { cache: cache.root().display().to_string(), entries, builds, totals }
+}
+
+/// This node's stagings into `dest`, with owners that died shown as failed.
+pub fn staging(dest: &Path) -> Vec<StageState> {
+    state::read_all(dest)
+        .into_iter()
+        .map(|mut s| {
+            if s.owner_died() {
+                s.phase = state::Phase::Failed;
+                s.error.get_or_insert_with(|| format!("the staging process {} died before finishing", s.pid));
+            }
+            s
+        })
+        .collect()
+}
