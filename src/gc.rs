@@ -320,7 +320,7 @@ pub fn collect_destination(dest: &Path, policy: &GcPolicy, dry_run: bool) -> Res
             problem: None,
         });
     }
-    staged.sort_by(|a, b| b.last_used_unix.cmp(&a.last_used_unix));
+    staged.sort_by_key(|e| std::cmp::Reverse(e.last_used_unix));
     for (index, reason) in plan_evictions(&staged, policy, SystemTime::now()) {
         let entry = &staged[index];
         let path = entries_dir.join(&entry.short);
