@@ -12,6 +12,12 @@ use ferry::spec::Spec;
 use ferry::tokenizer::{EncoderKind, Encoders};
 use rayon::prelude::*;
 
+/// CPU time of this process (all threads), which contention on the machine does not inflate.
+fn cpu_seconds() -> f64 {
+    let time = rustix::time::clock_gettime(rustix::time::ClockId::ProcessCPUTime);
+    time.tv_sec as f64 + time.tv_nsec as f64 * 1e-9
+}
+
 fn main() -> anyhow::Result<()> {
     let args: Vec<String> = std::env::args().skip(1).filter(|a| a != "--bench").collect();
     let Some((spec_path, shards)) = args.split_first() else {
