@@ -45,12 +45,14 @@ fn main() -> anyhow::Result<()> {
         if kind == EncoderKind::FastBytelevelBpe && !encoders.fast_available() {
             continue;
         }
-        let started = Instant::now();
+        let (started, cpu_started) = (Instant::now(), cpu_seconds());
         let tokens: usize =
             texts.par_iter().map(|text| encoders.encode(text, kind).map(|ids| ids.len()).unwrap_or(0)).sum();
-        let seconds = started.elapsed().as_secs_f64();
-        report[label] =
-            serde_json::json!({"tokens": tokens, "seconds": seconds, "tokens_per_second": tokens as f64 / seconds});
+        let (seconds, cpu) = (started.elapsed().as_secs_f64(), cpu_seconds() - cpu_started);
+        report[label] = serde_json::json!({
+            "tokens": tokens, "seconds": seconds, "cpu_seconds": cpu,
+            "tokens_per_second": tokens as f64 / seconds, "tokens_per_cpu_second": tokens as f64 / cpu,
+        });
     }
     println!("{report}");
     Ok(())
