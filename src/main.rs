@@ -12,7 +12,7 @@ fn main() -> ExitCode {
     match std::panic::catch_unwind(|| ferry::commands::run(cli)) {
         Ok(Ok(())) => ExitCode::SUCCESS,
         Ok(Err(err)) => {
-            eprintln!("error: {err:#}");
+            eprintln!("error: {}", message(&err));
             ExitCode::from(ferry::commands::exit_code(&err))
         }
         Err(_) => {
@@ -20,6 +20,22 @@ fn main() -> ExitCode {
             ExitCode::from(2)
         }
     }
+}
+
+/// The error and its causes, each cause once: library errors already embed their
+/// cause in their message, and contexts add the place.
+fn message(err: &anyhow::Error) -> String {
+    let mut text = String::new();
+    for cause in err.chain() {
+        let part = cause.to_string();
+        if !text.contains(&part) {
+            if !text.is_empty() {
+                text.push_str(": ");
+            }
+            text.push_str(&part);
+        }
+    }
+    text
 }
 
 fn init_logging(verbose: u8, quiet: bool) {

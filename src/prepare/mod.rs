@@ -1,16 +1,15 @@
 //! `prepare`: resolve inputs, fingerprint, return the entry if it exists, else
 //! tokenize every shard in parallel and publish the entry atomically.
 
+mod claims;
 mod publish;
 mod shard;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::sync::Arc;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
-
-use rayon::prelude::*;
 
 use crate::cache::layout::{BuildLayout, CacheLayout, EntryLayout};
 use crate::cache::lease::Lease;
@@ -27,6 +26,7 @@ use crate::progress::{self, ProgressMode, Reporter};
 use crate::source::Selector;
 use crate::spec::{Spec, SpecError};
 use crate::tokenizer::{self, EncoderKind, Encoders, TokenizerError};
+use claims::{ClaimGuard, Claims};
 
 pub use shard::{BuildCounters, SAMPLE_EVERY, ShardError, ShardRecord};
 
@@ -147,6 +147,7 @@ pub fn prepare(spec: &Spec, cache: &CacheLayout, options: &PrepareOptions) -> Re
         fsutil::create_dir_all(&build.parts_dir(&split.name))
             .map_err(PrepareError::io("creating the build directory"))?;
     }
+    fsutil::create_dir_all(&build.claims_dir()).map_err(PrepareError::io("creating the build directory"))?;
     let tasks: Vec<shard::ShardTask> = located
         .splits
         .iter()
@@ -178,31 +179,24 @@ pub fn prepare(spec: &Spec, cache: &CacheLayout, options: &PrepareOptions) -> Re
 
     let tokenize_started = Instant::now();
     let total_input_bytes: u64 = tasks.iter().map(|t| t.input.size).sum();
-    let reporter = start_reporter(options.progress, counters.clone(), tasks.len() as u64, total_input_bytes);
-    let fast_disabled_marker = build.root().join("fast-path-disabled");
-    let mut kind = if encoders.fast_available() && !fast_disabled_marker.exists() {
-        EncoderKind::FastBytelevelBpe
-    } else {
-        EncoderKind::Tokenizers
-    };
-    let (records, tokenized_here) = loop {
-        let outcome = pool.install(|| run_shards(&context, &tasks, kind));
-        match outcome {
-            Err(PrepareError::Shard(ShardError::FastPathMismatch { path, record }))
-                if kind == EncoderKind::FastBytelevelBpe =>
-            {
-                // Rare: the vocabulary looked equivalent but is not. Every shard of this
-                // build is then encoded by the reference, so the output stays deterministic.
-                tracing::warn!(path = %path.display(), record, "the fast encoder disagrees with the tokenizer; re-encoding every shard with the tokenizer");
-                fsutil::write_atomic(&fast_disabled_marker, b"")
-                    .map_err(PrepareError::io("recording the fast-path fallback"))?;
-                kind = EncoderKind::Tokenizers;
-            }
-            other => break other?,
-        }
-    };
+    let reporter =
+        start_reporter(options.progress, counters.clone(), build.clone(), tasks.len() as u64, total_input_bytes);
+    let claims = Claims::new();
+    let outcome = build_together(&context, &claims, &tasks, &pool, cache, &located.fingerprint)?;
     drop(reporter);
     drop(progress_file);
+    let (records, tokenized_here, kind, _publish_guard) = match outcome {
+        Together::Publish { records, tokenized_here, kind, guard } => (records, tokenized_here, kind, guard),
+        Together::PublishedElsewhere { tokenized_here } => {
+            let (entry, manifest) = published(cache, &located.fingerprint)?.ok_or_else(|| PrepareError::Io {
+                doing: "waiting for the entry",
+                source: std::io::Error::other("the publisher finished but the entry is missing"),
+            })?;
+            publish::link_name(cache, &spec.name, &short)?;
+            mark_used(cache, &short);
+            return Ok(Prepared { entry, manifest, built: false, shards_tokenized_here: tokenized_here });
+        }
+    };
     let tokenize_seconds = tokenize_started.elapsed().as_secs_f64();
 
     let publish_started = Instant::now();
@@ -268,34 +262,150 @@ pub fn prepare(spec: &Spec, cache: &CacheLayout, options: &PrepareOptions) -> Re
     Ok(Prepared { entry, manifest, built: won, shards_tokenized_here: tokenized_here })
 }
 
-/// Runs every shard not already finished; returns all records in task order and
-/// how many shards this call tokenized.
-fn run_shards(
-    context: &shard::ShardContext,
-    tasks: &[shard::ShardTask],
-    kind: EncoderKind,
-) -> Result<(Vec<ShardRecord>, usize), PrepareError> {
-    let results: Vec<(ShardRecord, bool)> = tasks
-        .par_iter()
-        .map(|task| match context.finished_record(task, kind) {
-            Some(record) => {
-                context.counters.shards_done.fetch_add(1, Ordering::Relaxed);
-                context.counters.input_bytes.fetch_add(task.input.size, Ordering::Relaxed);
-                Ok((record, false))
-            }
-            None => context.run(task, kind).map(|record| (record, true)).map_err(PrepareError::from),
-        })
-        .collect::<Result<_, _>>()?;
-    let tokenized = results.iter().filter(|(_, fresh)| *fresh).count();
-    Ok((results.into_iter().map(|(record, _)| record).collect(), tokenized))
+/// How this task's part of a shared build ended.
+enum Together<'a> {
+    /// Every shard is done and this task holds the publish claim.
+    Publish { records: Vec<ShardRecord>, tokenized_here: usize, kind: EncoderKind, guard: ClaimGuard<'a> },
+    /// Another task published the entry.
+    PublishedElsewhere { tokenized_here: usize },
 }
 
-fn start_reporter(mode: ProgressMode, counters: Arc<BuildCounters>, shards: u64, input_bytes: u64) -> Reporter {
+/// How long a task waits between looks at shards other tasks are working on.
+const POLL: std::time::Duration = std::time::Duration::from_millis(250);
+
+/// Tokenizes shards alongside every other task building the same entry (other
+/// processes, `srun` tasks, nodes): each shard is claimed before it is tokenized,
+/// finished shards are never redone, shards of dead tasks are taken over, and
+/// exactly one task publishes.
+fn build_together<'a>(
+    context: &shard::ShardContext,
+    claims: &'a Claims,
+    tasks: &[shard::ShardTask],
+    pool: &rayon::ThreadPool,
+    cache: &CacheLayout,
+    fingerprint: &Fingerprint,
+) -> Result<Together<'a>, PrepareError> {
+    let build = context.build;
+    let fast_disabled = build.root().join("fast-path-disabled");
+    let order = work_order(tasks.len());
+    let mut tokenized_here = 0;
+    loop {
+        if published(cache, fingerprint)?.is_some() {
+            return Ok(Together::PublishedElsewhere { tokenized_here });
+        }
+        let kind = if context.encoders.fast_available() && !fast_disabled.exists() {
+            EncoderKind::FastBytelevelBpe
+        } else {
+            EncoderKind::Tokenizers
+        };
+        match run_claimed_shards(context, claims, tasks, &order, kind, pool) {
+            Ok(count) => tokenized_here += count,
+            Err(PrepareError::Shard(ShardError::FastPathMismatch { path, record })) => {
+                // Rare: the vocabulary looked equivalent but is not. Every shard of the
+                // build is then encoded by the reference, so the output stays deterministic.
+                tracing::warn!(path = %path.display(), record, "the fast encoder disagrees with the tokenizer; re-encoding every shard with the tokenizer");
+                fsutil::write_atomic(&fast_disabled, b"")
+                    .map_err(PrepareError::io("recording the fast-path fallback"))?;
+                continue;
+            }
+            // A straggler whose build was published meanwhile has nothing left to do.
+            Err(_) if published(cache, fingerprint)?.is_some() => {
+                return Ok(Together::PublishedElsewhere { tokenized_here });
+            }
+            Err(err) => return Err(err),
+        }
+        let records: Option<Vec<ShardRecord>> = tasks.iter().map(|task| context.finished_record(task, kind)).collect();
+        match records {
+            Some(records) => {
+                if let Some(guard) =
+                    claims.try_claim(&build.publish_lock()).map_err(PrepareError::io("claiming the publication"))?
+                {
+                    if published(cache, fingerprint)?.is_some() {
+                        return Ok(Together::PublishedElsewhere { tokenized_here });
+                    }
+                    return Ok(Together::Publish { records, tokenized_here, kind, guard });
+                }
+            }
+            None => tracing::debug!("waiting for shards other tasks are tokenizing"),
+        }
+        std::thread::sleep(POLL);
+    }
+}
+
+/// The order this task visits shards in: under `srun`, task k starts at its own
+/// k-th of the list, so tasks mostly work on different shards and meet only at the end.
+fn work_order(count: usize) -> Vec<usize> {
+    let offset = match claims::slurm_task() {
+        Some((procid, ntasks)) => procid * count / ntasks,
+        None => 0,
+    };
+    (0..count).map(|i| (i + offset) % count.max(1)).collect()
+}
+
+/// One pass over the shards: every free, unfinished shard is claimed and
+/// tokenized, `workers` at a time, in this task's order. Returns how many.
+fn run_claimed_shards(
+    context: &shard::ShardContext,
+    claims: &Claims,
+    tasks: &[shard::ShardTask],
+    order: &[usize],
+    kind: EncoderKind,
+    pool: &rayon::ThreadPool,
+) -> Result<usize, PrepareError> {
+    let cursor = AtomicUsize::new(0);
+    let tokenized = AtomicUsize::new(0);
+    let failure: Mutex<Option<PrepareError>> = Mutex::new(None);
+    let failed = || failure.lock().unwrap_or_else(|e| e.into_inner()).is_some();
+    let fail = |err: PrepareError| {
+        failure.lock().unwrap_or_else(|e| e.into_inner()).get_or_insert(err);
+    };
+    pool.scope(|scope| {
+        for _ in 0..pool.current_num_threads() {
+            scope.spawn(|_| {
+                while !failed() {
+                    let Some(&index) = order.get(cursor.fetch_add(1, Ordering::Relaxed)) else { break };
+                    let task = &tasks[index];
+                    if context.finished_record(task, kind).is_some() {
+                        continue;
+                    }
+                    let claim = match claims.try_claim(&context.build.claim(&task.split, task.shard)) {
+                        Ok(Some(claim)) => claim,
+                        Ok(None) => continue,
+                        Err(err) => return fail(PrepareError::Io { doing: "claiming a shard", source: err }),
+                    };
+                    // Finished by another task between our look and our claim.
+                    if context.finished_record(task, kind).is_some() {
+                        continue;
+                    }
+                    match context.run(task, kind) {
+                        Ok(_) => {
+                            tokenized.fetch_add(1, Ordering::Relaxed);
+                        }
+                        Err(err) => fail(err.into()),
+                    }
+                    drop(claim);
+                }
+            });
+        }
+    });
+    match failure.into_inner().unwrap_or_else(|e| e.into_inner()) {
+        Some(err) => Err(err),
+        None => Ok(tokenized.into_inner()),
+    }
+}
+
+fn start_reporter(
+    mode: ProgressMode,
+    counters: Arc<BuildCounters>,
+    build: BuildLayout,
+    shards: u64,
+    input_bytes: u64,
+) -> Reporter {
     Reporter::start(mode, "prepare", move |elapsed| {
         let done = counters.input_bytes.load(Ordering::Relaxed).min(input_bytes);
         let line = format!(
             "{}/{} shards, {}docs/s, {}tokens/s, {}B/s, ETA {}",
-            counters.shards_done.load(Ordering::Relaxed),
+            build.count_shard_records(),
             shards,
             progress::per_second(counters.documents.load(Ordering::Relaxed), elapsed),
             progress::per_second(counters.tokens.load(Ordering::Relaxed), elapsed),
