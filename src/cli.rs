@@ -130,7 +130,7 @@ pub struct StageArgs {
     pub dest: Option<PathBuf>,
     #[command(flatten)]
     pub cache: CacheArgs,
-    /// Copies in flight [default: 8 per core ($SLURM_CPUS_PER_TASK, else all cores), 8 to 64]
+    /// Copies in flight [default: 16 per core ($SLURM_CPUS_PER_TASK, else all cores), 16 to 64]
     #[arg(short, long)]
     pub jobs: Option<usize>,
     /// Check every file's blake3 against the manifest while copying.

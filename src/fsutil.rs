@@ -22,6 +22,16 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> io::Result<()> {
     Ok(())
 }
 
+/// Like `write_atomic` but without `fsync`, for progress and state files that
+/// are rewritten every second: on ext4 (data=ordered) each fsync would wait for
+/// every dirty block of the filesystem, stalling the copies it reports on.
+pub fn write_atomic_unsynced(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    let mut file = temp_file_in(parent_dir(path))?;
+    file.write_all(bytes)?;
+    file.persist(path).map_err(|err| err.error)?;
+    Ok(())
+}
+
 /// A temporary file in `dir`, readable by others once renamed into place: the cache is
 /// shared between users, while `tempfile` alone would create it with mode 0600.
 pub fn temp_file_in(dir: &Path) -> io::Result<tempfile::NamedTempFile> {

@@ -70,7 +70,7 @@ fn destination(flag: Option<PathBuf>) -> anyhow::Result<PathBuf> {
 
 /// Copies in flight: staging is bound by I/O latency, so several per core.
 fn copy_threads(flag: Option<usize>) -> usize {
-    flag.filter(|n| *n > 0).unwrap_or_else(|| (settings::workers(None) * 8).clamp(8, 64))
+    flag.filter(|n| *n > 0).unwrap_or_else(|| (settings::workers(None) * 16).clamp(16, 64))
 }
 
 fn read_list(path: &Path) -> anyhow::Result<String> {
@@ -107,7 +107,7 @@ pub fn find_entry(cache: &CacheLayout, prefix: &str) -> anyhow::Result<Manifest>
 fn start_background(plan: &StagePlan, options: &StageOptions, cache: &CacheLayout) -> anyhow::Result<()> {
     let dest = &options.dest;
     let (lock, _) = stage::lock_destination(dest)?;
-    stage::build_mirror(plan, dest)?;
+    stage::build_mirror(plan, dest, &Default::default())?;
     let exe = std::env::current_exe().context("finding the ferry executable")?;
     let mut child = std::process::Command::new(exe);
     child.arg("stage").arg("--dest").arg(dest).arg("--jobs").arg(options.threads.to_string());

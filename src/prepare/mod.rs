@@ -448,8 +448,10 @@ fn progress_ticker(build: &BuildLayout, spec: &Spec, fingerprint: &Fingerprint, 
     progress::Ticker::every(std::time::Duration::from_secs(2), move || {
         progress.shards_done = build.count_shard_records();
         progress.updated_unix = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
-        if build.root().exists() {
-            let _ = fsutil::write_json_atomic(&path, &progress);
+        if build.root().exists()
+            && let Ok(bytes) = serde_json::to_vec(&progress)
+        {
+            let _ = fsutil::write_atomic_unsynced(&path, &bytes);
         }
     })
 }

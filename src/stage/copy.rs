@@ -72,9 +72,12 @@ pub fn copy_all(jobs: &[CopyJob], threads: usize, verify: bool, counters: &CopyC
     let failures = Mutex::new(Vec::new());
     let fail = |err: CopyError| failures.lock().unwrap_or_else(|e| e.into_inner()).push(err);
 
-    // Largest first, so the long copies start early and the tail is short.
+    // Largest first, so the long copies start early and the tail is short; files of
+    // one size in hashed order, so concurrent copies land in different directories
+    // instead of queueing on one directory's lock.
     let mut order: Vec<usize> = (0..jobs.len()).collect();
-    order.sort_by(|&a, &b| jobs[b].size.cmp(&jobs[a].size).then(a.cmp(&b)));
+    let spread = |index: usize| blake3::hash(jobs[index].dest.as_os_str().as_encoded_bytes()).as_bytes()[..8].to_vec();
+    order.sort_by_cached_key(|&index| (std::cmp::Reverse(jobs[index].size), spread(index)));
     let mut chunked: Vec<Option<Chunked>> = (0..jobs.len()).map(|_| None).collect();
     let mut units = Vec::new();
     for index in order {

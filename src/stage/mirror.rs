@@ -7,8 +7,11 @@
 //! never are (a mirrored lock symlink breaks `filelock`, which opens locks with
 //! O_NOFOLLOW).
 
+use std::collections::HashSet;
 use std::io;
 use std::path::{Path, PathBuf};
+
+use rayon::prelude::*;
 
 use crate::cache::layout::CacheLayout;
 use crate::fsutil;
@@ -32,16 +35,23 @@ pub fn ensure_real_dir(path: &Path) -> io::Result<()> {
     }
 }
 
-/// Points `link` at `target` unless it already does.
+/// Points `link` at `target` unless it already does. A missing link is created
+/// with one `symlink` call (atomic); a wrong one is replaced through a temporary
+/// name; a real file or directory there (an earlier copy) is kept.
 pub fn ensure_symlink(target: &Path, link: &Path) -> io::Result<()> {
-    if std::fs::read_link(link).is_ok_and(|current| current == target) {
-        return Ok(());
+    match std::os::unix::fs::symlink(target, link) {
+        Ok(()) => return Ok(()),
+        Err(err) if err.kind() != io::ErrorKind::AlreadyExists => {
+            return Err(io::Error::new(err.kind(), format!("creating symlink {}: {err}", link.display())));
+        }
+        Err(_) => {}
     }
-    if link.symlink_metadata().is_ok_and(|m| m.is_dir()) {
-        // A real directory here is a previously active entry: keep its copies.
-        return Ok(());
+    match std::fs::read_link(link) {
+        Ok(current) if current == target => Ok(()),
+        Ok(_) => fsutil::replace_symlink(target, link),
+        // Not a symlink: a copy landed here already.
+        Err(_) => Ok(()),
     }
-    fsutil::replace_symlink(target, link)
 }
 
 /// Mirrors every published entry but `active` as directory symlinks, and every
@@ -69,25 +79,28 @@ pub fn mirror_cache(cache: &CacheLayout, dest: &Path, active: &str) -> io::Resul
     Ok(())
 }
 
-/// Creates the active entry's directories and a symlink to the cache for each
-/// file not yet copied. Returns each file's local path.
-pub fn mirror_files(source_root: &Path, dest_root: &Path, relative_files: &[String]) -> io::Result<Vec<PathBuf>> {
+/// Creates the directories the files (relative paths) live in, each once.
+pub fn make_dirs(dest_root: &Path, relative_files: &[&str]) -> io::Result<()> {
     ensure_real_dir(dest_root)?;
-    let mut local = Vec::with_capacity(relative_files.len());
+    let mut made: HashSet<PathBuf> = HashSet::new();
     for relative in relative_files {
-        let dest_file = dest_root.join(relative);
-        let mut dir = dest_root.to_path_buf();
         if let Some(parent) = Path::new(relative).parent() {
+            let mut dir = dest_root.to_path_buf();
             for component in parent.components() {
                 dir.push(component);
-                ensure_real_dir(&dir)?;
+                if made.insert(dir.clone()) {
+                    ensure_real_dir(&dir)?;
+                }
             }
         }
-        let is_copied = dest_file.symlink_metadata().is_ok_and(|m| m.file_type().is_file());
-        if !is_copied {
-            ensure_symlink(&source_root.join(relative), &dest_file)?;
-        }
-        local.push(dest_file);
     }
-    Ok(local)
+    Ok(())
+}
+
+/// Links each file (relative path) to its source, in parallel: each link is a
+/// round trip to the filesystem. Files already copied are kept.
+pub fn link_files(source_root: &Path, dest_root: &Path, relative_files: &[&str]) -> io::Result<()> {
+    relative_files
+        .par_iter()
+        .try_for_each(|relative| ensure_symlink(&source_root.join(relative), &dest_root.join(relative)))
 }

@@ -10,6 +10,7 @@ pub mod copy;
 pub mod mirror;
 pub mod state;
 
+use std::collections::HashSet;
 use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -140,25 +141,31 @@ pub fn plan_entry(cache: &CacheLayout, manifest: &Manifest, dest: &Path) -> Resu
 /// The plan for drop-in mode: `list` holds relative paths inside `src`, one per line.
 pub fn plan_drop_in(src: &Path, list: &str, dest: &Path) -> Result<StagePlan, StageError> {
     let src = absolute(src);
-    let mut files = Vec::new();
+    let mut listed = Vec::new();
     for (index, line) in list.lines().enumerate() {
         let relative = line.trim();
         if relative.is_empty() {
             continue;
         }
-        let outside = || StageError::OutsideSource { line: index + 1, path: relative.to_string(), src: src.clone() };
         let path = Path::new(relative);
         if path.is_absolute() || path.components().any(|c| !matches!(c, std::path::Component::Normal(_))) {
-            return Err(outside());
+            return Err(StageError::OutsideSource { line: index + 1, path: relative.to_string(), src: src.clone() });
         }
-        let source = src.join(path);
-        let meta =
-            std::fs::metadata(&source).map_err(|_| StageError::NotAFile { line: index + 1, path: source.clone() })?;
-        if !meta.is_file() {
-            return Err(StageError::NotAFile { line: index + 1, path: source });
-        }
-        files.push(PlannedFile { relative: relative.to_string(), size: meta.len(), blake3: None });
+        listed.push((index + 1, relative));
     }
+    // Many stats: in parallel, since each may wait on a network filesystem.
+    let files = listed
+        .par_iter()
+        .map(|&(line, relative)| {
+            let source = src.join(relative);
+            match std::fs::metadata(&source) {
+                Ok(meta) if meta.is_file() => {
+                    Ok(PlannedFile { relative: relative.to_string(), size: meta.len(), blake3: None })
+                }
+                _ => Err(StageError::NotAFile { line, path: source }),
+            }
+        })
+        .collect::<Result<Vec<_>, _>>()?;
     if files.is_empty() {
         return Err(StageError::EmptyList);
     }
@@ -182,6 +189,10 @@ fn is_complete(plan: &StagePlan, file: &PlannedFile, verify: bool) -> bool {
     }
 }
 
+fn is_regular(path: &Path) -> bool {
+    path.symlink_metadata().is_ok_and(|m| m.file_type().is_file())
+}
+
 fn hash_file(path: &Path) -> std::io::Result<String> {
     let mut hasher = blake3::Hasher::new();
     hasher.update_mmap(path)?;
@@ -190,7 +201,10 @@ fn hash_file(path: &Path) -> std::io::Result<String> {
 
 /// Bytes still to copy, checked against the free space on the destination's filesystem.
 fn check_space(plan: &StagePlan, dest: &Path, verify: bool) -> Result<(), StageError> {
-    let needed: u64 = plan.files.par_iter().filter(|f| !is_complete(plan, f, verify)).map(|f| f.size).sum();
+    check_free(dest, plan.files.par_iter().filter(|f| !is_complete(plan, f, verify)).map(|f| f.size).sum())
+}
+
+fn check_free(dest: &Path, needed: u64) -> Result<(), StageError> {
     let mut probe = dest.to_path_buf();
     while !probe.exists() {
         if !probe.pop() {
@@ -236,10 +250,13 @@ pub fn lock_destination(dest: &Path) -> Result<(File, bool), StageError> {
     }
 }
 
-/// Mirrors the cache and creates the active entry's tree with symlinks for files
-/// not yet copied. Call with the destination lock held.
-pub fn build_mirror(plan: &StagePlan, dest: &Path) -> Result<(), StageError> {
+/// Mirrors the cache and creates the active entry's tree. Files in `unlinked`
+/// (relative paths) get no symlink: a foreground stage is about to copy them and
+/// nobody reads before it returns; `--background` passes none, so a reader finds
+/// every file from the start. Call with the destination lock held.
+pub fn build_mirror(plan: &StagePlan, dest: &Path, unlinked: &HashSet<&str>) -> Result<(), StageError> {
     let mirror_error = StageError::io("mirroring into", dest);
+    let linked = |relative: &&str| !unlinked.contains(relative);
     match &plan.kind {
         PlanKind::Entry { cache } => {
             mirror::mirror_cache(cache, dest, &plan.id).map_err(mirror_error)?;
@@ -248,32 +265,32 @@ pub fn build_mirror(plan: &StagePlan, dest: &Path) -> Result<(), StageError> {
             let link = dest.join("by-name").join(&plan.name);
             mirror::ensure_symlink(&CacheLayout::by_name_target(&plan.id), &link)
                 .map_err(StageError::io("linking", &link))?;
+            let relative: Vec<&str> = plan.files.iter().map(|f| f.relative.as_str()).collect();
+            mirror::make_dirs(&plan.dest_root, &relative).map_err(StageError::io("mirroring into", dest))?;
+            let to_link: Vec<&str> = relative.into_iter().filter(linked).collect();
+            mirror::link_files(&plan.source_root, &plan.dest_root, &to_link)
+                .map_err(StageError::io("mirroring into", dest))
         }
-        PlanKind::DropIn => mirror_tree(&plan.source_root, dest).map_err(mirror_error)?,
+        PlanKind::DropIn => mirror_tree(&plan.source_root, dest, unlinked).map_err(mirror_error),
     }
-    let relative: Vec<String> = plan.files.iter().map(|f| f.relative.clone()).collect();
-    mirror::mirror_files(&plan.source_root, &plan.dest_root, &relative)
-        .map_err(StageError::io("mirroring into", dest))?;
-    Ok(())
 }
 
-/// Drop-in mode: every file of `src` as a symlink (directories real), `*.lock` skipped.
-fn mirror_tree(src: &Path, dest: &Path) -> std::io::Result<()> {
+/// Drop-in mode: every file of `src` as a symlink (directories real), `*.lock`
+/// skipped, `unlinked` files left to the copy.
+fn mirror_tree(src: &Path, dest: &Path, unlinked: &HashSet<&str>) -> std::io::Result<()> {
     mirror::ensure_real_dir(dest)?;
+    let mut files = Vec::new();
     for entry in walkdir::WalkDir::new(src).min_depth(1).follow_links(false) {
         let entry = entry.map_err(std::io::Error::other)?;
-        let relative = entry.path().strip_prefix(src).map_err(std::io::Error::other)?;
-        let target = dest.join(relative);
+        let relative = entry.path().strip_prefix(src).map_err(std::io::Error::other)?.to_string_lossy().into_owned();
         if entry.file_type().is_dir() {
-            mirror::ensure_real_dir(&target)?;
-        } else if !entry.file_name().to_string_lossy().ends_with(".lock") {
-            let is_copied = target.symlink_metadata().is_ok_and(|m| m.file_type().is_file());
-            if !is_copied {
-                mirror::ensure_symlink(entry.path(), &target)?;
-            }
+            mirror::ensure_real_dir(&dest.join(&relative))?;
+        } else if !entry.file_name().to_string_lossy().ends_with(".lock") && !unlinked.contains(relative.as_str()) {
+            files.push(relative);
         }
     }
-    Ok(())
+    let files: Vec<&str> = files.iter().map(String::as_str).collect();
+    mirror::link_files(src, dest, &files)
 }
 
 /// Stages in the foreground: lock, mirror, copy what is missing, check sizes.
@@ -290,6 +307,7 @@ pub fn stage(plan: &StagePlan, options: &StageOptions) -> Result<StageReport, St
         PlanKind::DropIn => None,
     };
     let (_lock, waited) = lock_destination(dest)?;
+    tracing::debug!(seconds = started.elapsed().as_secs_f64(), "space checked, destination locked");
     let mut current = new_state(plan, options, Phase::Mirroring);
     state::write(dest, &current).map_err(StageError::io("writing state in", dest))?;
     let result = stage_locked(plan, options, &mut current, started);
@@ -313,26 +331,23 @@ fn stage_locked(
 ) -> Result<StageReport, StageError> {
     let dest = &options.dest;
     copy::remove_stale_temps(&plan.dest_root);
-    build_mirror(plan, dest)?;
     let pending: Vec<&PlannedFile> = plan.files.par_iter().filter(|f| !is_complete(plan, f, options.verify)).collect();
+    tracing::debug!(seconds = started.elapsed().as_secs_f64(), pending = pending.len(), "pending files found");
+    let unlinked: HashSet<&str> = pending.iter().map(|f| f.relative.as_str()).collect();
+    build_mirror(plan, dest, &unlinked)?;
+    tracing::debug!(seconds = started.elapsed().as_secs_f64(), "mirror built");
     // Space again, now that the lock is ours and another stager may have finished.
-    check_space(plan, dest, options.verify)?;
-    let jobs = pending
+    check_free(dest, pending.iter().map(|f| f.size).sum())?;
+    // Each copy's size is checked as it lands, against the manifest (or the stat above).
+    let jobs: Vec<CopyJob> = pending
         .iter()
-        .map(|file| {
-            let source = plan.source_root.join(&file.relative);
-            let found = std::fs::metadata(&source).map_err(StageError::io("reading", &source))?.len();
-            if found != file.size {
-                return Err(StageError::SourceSize { path: source, expected: file.size, found });
-            }
-            Ok(CopyJob {
-                source,
-                dest: plan.dest_root.join(&file.relative),
-                size: file.size,
-                blake3: file.blake3.clone(),
-            })
+        .map(|file| CopyJob {
+            source: plan.source_root.join(&file.relative),
+            dest: plan.dest_root.join(&file.relative),
+            size: file.size,
+            blake3: file.blake3.clone(),
         })
-        .collect::<Result<Vec<_>, _>>()?;
+        .collect();
     let already_bytes: u64 = plan.files.iter().map(|f| f.size).sum::<u64>() - jobs.iter().map(|j| j.size).sum::<u64>();
     let already_files = (plan.files.len() - jobs.len()) as u64;
 
@@ -350,6 +365,7 @@ fn stage_locked(
         );
         copy::copy_all(&jobs, options.threads, options.verify, &counters)
     };
+    tracing::debug!(seconds = started.elapsed().as_secs_f64(), "copies landed");
     let copied_bytes = counters.bytes_done.load(Ordering::Relaxed);
     let copied_files = counters.files_done.load(Ordering::Relaxed);
     current.files_done = already_files + copied_files;
@@ -359,14 +375,15 @@ fn stage_locked(
     current.bytes_per_second = copied_bytes as f64 / seconds.max(1e-6);
     current.updated_unix = state::now_unix();
     if let Some(first) = failures.into_iter().next() {
+        // Files whose copy failed point at the shared copy, so the mirror is whole.
+        let failed: Vec<&str> = jobs
+            .iter()
+            .filter(|j| !is_regular(&j.dest))
+            .filter_map(|j| j.dest.strip_prefix(&plan.dest_root).ok()?.to_str())
+            .collect();
+        let _ = mirror::link_files(&plan.source_root, &plan.dest_root, &failed);
         let count = jobs.len() - copied_files as usize;
         return Err(StageError::Copy { dest: dest.clone(), count, first });
-    }
-    // Sizes after copy: every file is now a regular file of the manifest's size.
-    if let Some(file) = plan.files.iter().find(|f| !is_complete(plan, f, false)) {
-        let path = plan.dest_root.join(&file.relative);
-        let found = path.symlink_metadata().map(|m| m.len()).unwrap_or(0);
-        return Err(StageError::SourceSize { path, expected: file.size, found });
     }
     current.phase = Phase::Done;
     state::write(dest, current).map_err(StageError::io("writing state in", dest))?;

@@ -86,7 +86,8 @@ pub fn log_path(dest: &Path, id: &str) -> PathBuf {
 }
 
 pub fn write(dest: &Path, state: &StageState) -> std::io::Result<()> {
-    fsutil::write_json_atomic(&state_path(dest, &state.id), state)
+    let bytes = serde_json::to_vec_pretty(state).map_err(std::io::Error::other)?;
+    fsutil::write_atomic_unsynced(&state_path(dest, &state.id), &bytes)
 }
 
 pub fn read(path: &Path) -> Option<StageState> {
