@@ -67,7 +67,8 @@ pub fn resolve(spec: &Spec) -> Result<Vec<SplitInputs>, InputError> {
                 .collect::<Result<Vec<_>, _>>()
                 .map_err(|err| bad_glob(err.to_string()))?
                 .into_iter()
-                .filter(|path| path.is_file())
+                // Directories are skipped; anything else (a dangling link too) must be readable.
+                .filter(|path| !path.is_dir())
                 .collect();
             if matches.is_empty() {
                 return Err(InputError::NoMatch { split: name.clone(), pattern: pattern.clone() });

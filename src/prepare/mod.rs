@@ -50,6 +50,10 @@ pub enum PrepareError {
         "entry {path} has fingerprint {found}, not {expected}; remove it (a 64-bit prefix collision or a damaged cache)"
     )]
     Collision { path: PathBuf, found: String, expected: String },
+    #[error(
+        "split {split:?} has no documents: {filtered} filtered out, {skipped} bad records skipped; check source.text_field, [filter] and the inputs"
+    )]
+    EmptySplit { split: String, filtered: u64, skipped: u64 },
 }
 
 impl PrepareError {
@@ -204,6 +208,17 @@ pub fn prepare(spec: &Spec, cache: &CacheLayout, options: &PrepareOptions) -> Re
         located.splits.iter().map(|s| (s.name.clone(), Vec::new())).collect();
     for record in records {
         by_split.entry(record.split.clone()).or_default().push(record);
+    }
+    for (split, shards) in &by_split {
+        let mut counts = Counts::default();
+        shards.iter().for_each(|record| counts.add(&record.counts));
+        if counts.documents == 0 {
+            return Err(PrepareError::EmptySplit {
+                split: split.clone(),
+                filtered: counts.filtered_documents,
+                skipped: counts.skipped_total(),
+            });
+        }
     }
     let columns = Columns::new(spec.output.token_type, &spec.sequence);
     let publish::Assembly { entry: assembly, data_files, files } =
