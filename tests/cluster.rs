@@ -158,9 +158,8 @@ fn claim_of_a_live_process_is_never_stolen() {
     std::thread::sleep(Duration::from_secs(3));
     assert!(child.try_wait().unwrap().is_none(), "prepare waits for the live owner");
     assert!(entries(&env.cache()).is_empty());
-    assert_eq!(
+    assert!(
         std::fs::read_to_string(&claim).unwrap().contains(&std::process::id().to_string()),
-        true,
         "the claim is untouched"
     );
     // The owner goes away without finishing: the waiting prepare takes the shard.
