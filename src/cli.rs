@@ -103,6 +103,11 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Print the effective settings and where each comes from (flag, environment, config file, default).
+    Config {
+        #[arg(long)]
+        json: bool,
+    },
     /// Make a small Pile-style corpus, prepare it with the embedded GPT-2 tokenizer, stage it, show how to load it.
     Demo {
         /// Where the demo's corpus and cache go.

@@ -1,24 +1,260 @@
-//! Where things are and how much to use: the cache root and the worker count,
-//! from flags, the environment (Slurm's included) and defaults.
+//! Effective settings and where each comes from. Precedence: command-line flag >
+//! environment (`FERRY_*`, then Slurm's) > site config file (`$FERRY_CONFIG`, else
+//! `/etc/ferry/ferry.toml`) > built-in default.
 
-use std::path::PathBuf;
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
 
-/// The cache root: `--cache`, else `$FERRY_CACHE`, else `$SCRATCH/ferry`, else
-/// `~/.cache/ferry`.
-pub fn cache_root(flag: Option<PathBuf>) -> PathBuf {
-    let env = |name: &str| std::env::var_os(name).filter(|v| !v.is_empty()).map(PathBuf::from);
-    flag.or_else(|| env("FERRY_CACHE"))
-        .or_else(|| env("SCRATCH").map(|scratch| scratch.join("ferry")))
-        .or_else(|| env("HOME").map(|home| home.join(".cache").join("ferry")))
-        .unwrap_or_else(|| PathBuf::from(".ferry-cache"))
+use serde::{Deserialize, Serialize};
+
+use crate::gc::GcPolicy;
+
+pub const DEFAULT_CONFIG: &str = "/etc/ferry/ferry.toml";
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read config {path}: {source}")]
+    Read { path: PathBuf, source: std::io::Error },
+    #[error("invalid config {path}: {message}")]
+    Invalid { path: PathBuf, message: String },
 }
 
-/// Worker threads: `--jobs`, else `$SLURM_CPUS_PER_TASK`, else the cores this
-/// process may use.
-pub fn workers(flag: Option<usize>) -> usize {
-    flag.filter(|n| *n > 0)
-        .or_else(|| {
-            std::env::var("SLURM_CPUS_PER_TASK").ok().and_then(|v| v.trim().parse().ok()).filter(|n: &usize| *n > 0)
-        })
-        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+/// The site config file. Paths may use `$VAR` (`cache = "$SCRATCH/ferry"`); a path
+/// whose variable is unset counts as not configured.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SiteConfig {
+    pub cache: Option<String>,
+    pub dest: Option<String>,
+    /// Tokenizer workers for `prepare`.
+    pub jobs: Option<usize>,
+    /// Copies in flight for `stage`.
+    pub stage_jobs: Option<usize>,
+    #[serde(default)]
+    pub gc: GcConfig,
+    #[serde(default)]
+    pub daemon: DaemonConfig,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GcConfig {
+    pub max_size: Option<String>,
+    pub max_age: Option<String>,
+    pub keep: Option<usize>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DaemonConfig {
+    pub socket: Option<String>,
+    /// `127.0.0.1:9184` to serve Prometheus metrics.
+    pub metrics: Option<String>,
+}
+
+/// Where a value came from.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "kind", content = "name", rename_all = "snake_case")]
+pub enum Source {
+    Flag(String),
+    Env(String),
+    Config(PathBuf),
+    Default,
+}
+
+impl fmt::Display for Source {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Source::Flag(flag) => write!(f, "flag {flag}"),
+            Source::Env(name) => write!(f, "environment {name}"),
+            Source::Config(path) => write!(f, "config {}", path.display()),
+            Source::Default => f.write_str("default"),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Setting<T> {
+    pub value: T,
+    pub source: Source,
+}
+
+/// The config file in effect: `$FERRY_CONFIG` (must exist), else the default path if present.
+pub fn load_config() -> Result<(SiteConfig, Option<PathBuf>), ConfigError> {
+    let path = match std::env::var_os("FERRY_CONFIG").filter(|v| !v.is_empty()) {
+        Some(path) => PathBuf::from(path),
+        None if Path::new(DEFAULT_CONFIG).exists() => PathBuf::from(DEFAULT_CONFIG),
+        None => return Ok((SiteConfig::default(), None)),
+    };
+    let text = std::fs::read_to_string(&path).map_err(|source| ConfigError::Read { path: path.clone(), source })?;
+    let config = toml::from_str(&text)
+        .map_err(|err| ConfigError::Invalid { path: path.clone(), message: err.to_string().trim_end().to_string() })?;
+    Ok((config, Some(path)))
+}
+
+fn env(name: &str) -> Option<String> {
+    std::env::var(name).ok().filter(|v| !v.trim().is_empty())
+}
+
+fn expand(text: &str) -> Option<PathBuf> {
+    shellexpand::full(text).ok().map(|expanded| PathBuf::from(expanded.as_ref()))
+}
+
+/// All settings, resolved from flags (as given), the environment and the config.
+pub struct Settings {
+    config: SiteConfig,
+    config_path: Option<PathBuf>,
+}
+
+impl Settings {
+    pub fn load() -> Result<Settings, ConfigError> {
+        let (config, config_path) = load_config()?;
+        Ok(Settings { config, config_path })
+    }
+
+    fn from_config(&self) -> Source {
+        Source::Config(self.config_path.clone().unwrap_or_default())
+    }
+
+    pub fn config_path(&self) -> Option<&Path> {
+        self.config_path.as_deref()
+    }
+
+    pub fn cache(&self, flag: Option<PathBuf>) -> Setting<PathBuf> {
+        if let Some(value) = flag {
+            return Setting { value, source: Source::Flag("--cache".into()) };
+        }
+        if let Some(value) = env("FERRY_CACHE") {
+            return Setting { value: value.into(), source: Source::Env("FERRY_CACHE".into()) };
+        }
+        if let Some(value) = self.config.cache.as_deref().and_then(expand) {
+            return Setting { value, source: self.from_config() };
+        }
+        if let Some(scratch) = env("SCRATCH") {
+            return Setting { value: Path::new(&scratch).join("ferry"), source: Source::Env("SCRATCH".into()) };
+        }
+        let home = env("HOME").map_or_else(|| PathBuf::from("."), PathBuf::from);
+        Setting { value: home.join(".cache").join("ferry"), source: Source::Default }
+    }
+
+    pub fn dest(&self, flag: Option<PathBuf>) -> Option<Setting<PathBuf>> {
+        if let Some(value) = flag {
+            return Some(Setting { value, source: Source::Flag("--dest".into()) });
+        }
+        if let Some(value) = env("FERRY_DEST") {
+            return Some(Setting { value: value.into(), source: Source::Env("FERRY_DEST".into()) });
+        }
+        if let Some(tmpdir) = env("SLURM_TMPDIR") {
+            return Some(Setting {
+                value: Path::new(&tmpdir).join("ferry"),
+                source: Source::Env("SLURM_TMPDIR".into()),
+            });
+        }
+        self.config.dest.as_deref().and_then(expand).map(|value| Setting { value, source: self.from_config() })
+    }
+
+    /// Tokenizer workers for `prepare`.
+    pub fn workers(&self, flag: Option<usize>) -> Setting<usize> {
+        if let Some(value) = flag.filter(|n| *n > 0) {
+            return Setting { value, source: Source::Flag("--jobs".into()) };
+        }
+        for name in ["FERRY_JOBS", "SLURM_CPUS_PER_TASK"] {
+            if let Some(value) = env(name).and_then(|v| v.trim().parse().ok()).filter(|n: &usize| *n > 0) {
+                return Setting { value, source: Source::Env(name.into()) };
+            }
+        }
+        if let Some(value) = self.config.jobs.filter(|n| *n > 0) {
+            return Setting { value, source: self.from_config() };
+        }
+        Setting { value: std::thread::available_parallelism().map_or(1, |n| n.get()), source: Source::Default }
+    }
+
+    /// Copies in flight for `stage`: staging is bound by I/O latency, so several per core.
+    pub fn stage_threads(&self, flag: Option<usize>) -> Setting<usize> {
+        if let Some(value) = flag.filter(|n| *n > 0) {
+            return Setting { value, source: Source::Flag("--jobs".into()) };
+        }
+        if let Some(value) = env("FERRY_STAGE_JOBS").and_then(|v| v.trim().parse().ok()).filter(|n: &usize| *n > 0) {
+            return Setting { value, source: Source::Env("FERRY_STAGE_JOBS".into()) };
+        }
+        if let Some(value) = self.config.stage_jobs.filter(|n| *n > 0) {
+            return Setting { value, source: self.from_config() };
+        }
+        let per_core = self.workers(None);
+        Setting { value: (per_core.value * 16).clamp(16, 64), source: per_core.source }
+    }
+
+    /// The gc policy: each bound from its flag, `FERRY_GC_*`, or the config's `[gc]`.
+    pub fn gc_policy(
+        &self,
+        max_size: Option<u64>,
+        max_age: Option<Duration>,
+        keep: Option<usize>,
+    ) -> Result<GcPolicy, ConfigError> {
+        let invalid =
+            |message: String| ConfigError::Invalid { path: self.config_path.clone().unwrap_or_default(), message };
+        let size_text = env("FERRY_GC_MAX_SIZE").or_else(|| self.config.gc.max_size.clone());
+        let age_text = env("FERRY_GC_MAX_AGE").or_else(|| self.config.gc.max_age.clone());
+        let max_size = match (max_size, size_text) {
+            (Some(size), _) => Some(size),
+            (None, Some(text)) => {
+                Some(parse_size::parse_size(&text).map_err(|e| invalid(format!("gc.max_size {text:?}: {e}")))?)
+            }
+            (None, None) => None,
+        };
+        let max_age = match (max_age, age_text) {
+            (Some(age), _) => Some(age),
+            (None, Some(text)) => {
+                Some(humantime::parse_duration(&text).map_err(|e| invalid(format!("gc.max_age {text:?}: {e}")))?)
+            }
+            (None, None) => None,
+        };
+        let keep = keep.or_else(|| env("FERRY_GC_KEEP").and_then(|v| v.parse().ok())).or(self.config.gc.keep);
+        Ok(GcPolicy { max_size, max_age, keep })
+    }
+
+    /// Where each gc bound (max_size, max_age, keep) comes from when no flag is given.
+    pub fn gc_sources(&self) -> [Source; 3] {
+        let source = |name: &str, configured: bool| match (env(name), configured) {
+            (Some(_), _) => Source::Env(name.into()),
+            (None, true) => self.from_config(),
+            (None, false) => Source::Default,
+        };
+        [
+            source("FERRY_GC_MAX_SIZE", self.config.gc.max_size.is_some()),
+            source("FERRY_GC_MAX_AGE", self.config.gc.max_age.is_some()),
+            source("FERRY_GC_KEEP", self.config.gc.keep.is_some()),
+        ]
+    }
+
+    /// The daemon's socket: `--socket`, `$FERRY_SOCKET`, config, else `/run/ferry/ferry.sock` as
+    /// root or `$XDG_RUNTIME_DIR/ferry.sock`.
+    pub fn socket(&self, flag: Option<PathBuf>) -> Setting<PathBuf> {
+        if let Some(value) = flag {
+            return Setting { value, source: Source::Flag("--socket".into()) };
+        }
+        if let Some(value) = env("FERRY_SOCKET") {
+            return Setting { value: value.into(), source: Source::Env("FERRY_SOCKET".into()) };
+        }
+        if let Some(value) = self.config.daemon.socket.as_deref().and_then(expand) {
+            return Setting { value, source: self.from_config() };
+        }
+        let value = if rustix::process::getuid().is_root() {
+            PathBuf::from("/run/ferry/ferry.sock")
+        } else {
+            env("XDG_RUNTIME_DIR").map_or_else(std::env::temp_dir, PathBuf::from).join("ferry.sock")
+        };
+        Setting { value, source: Source::Default }
+    }
+
+    pub fn metrics(&self, flag: Option<String>) -> Option<Setting<String>> {
+        if let Some(value) = flag {
+            return Some(Setting { value, source: Source::Flag("--metrics".into()) });
+        }
+        if let Some(value) = env("FERRY_METRICS") {
+            return Some(Setting { value, source: Source::Env("FERRY_METRICS".into()) });
+        }
+        self.config.daemon.metrics.clone().map(|value| Setting { value, source: self.from_config() })
+    }
 }

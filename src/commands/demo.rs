@@ -10,7 +10,6 @@ use crate::cache::layout::CacheLayout;
 use crate::corpus;
 use crate::prepare::{self, PrepareOptions};
 use crate::progress::ProgressMode;
-use crate::settings;
 use crate::spec::Spec;
 use crate::stage::{self, StageOptions};
 
@@ -34,7 +33,7 @@ pack = "concat"
 seq_len = 1024
 "#;
 
-pub fn run(dir: &Path, progress: ProgressMode) -> anyhow::Result<()> {
+pub fn run(dir: &Path, workers: usize, progress: ProgressMode) -> anyhow::Result<()> {
     let corpus_dir = dir.join("corpus");
     if !corpus_dir.exists() {
         eprintln!("writing a Pile-style corpus to {}", corpus_dir.display());
@@ -45,7 +44,7 @@ pub fn run(dir: &Path, progress: ProgressMode) -> anyhow::Result<()> {
     crate::fsutil::write_atomic(&spec_path, DEMO_SPEC.as_bytes()).context("writing the demo spec")?;
     let spec = Spec::load(&spec_path)?;
     let cache = CacheLayout::new(dir.join("cache"));
-    let options = PrepareOptions { workers: settings::workers(None), progress };
+    let options = PrepareOptions { workers, progress };
     let prepared = prepare::prepare(&spec, &cache, &options).context("preparing the demo corpus")?;
     let counts = &prepared.manifest.totals.counts;
     println!("spec        {}", spec_path.display());

@@ -1,6 +1,7 @@
 //! One module per subcommand. Commands take resolved values, print what the user
 //! asked for to stdout, and return errors for `main` to print once.
 
+mod config;
 mod demo;
 mod gc;
 mod prepare;
@@ -10,25 +11,41 @@ mod verify;
 
 use crate::cli::{Cli, Command};
 use crate::progress::ProgressMode;
-use crate::settings;
+use std::path::PathBuf;
+
+use crate::settings::Settings;
 
 pub fn run(cli: Cli) -> anyhow::Result<()> {
     let progress = if cli.quiet { ProgressMode::Hidden } else { ProgressMode::Auto };
+    let settings = Settings::load()?;
+    let dest = |flag: Option<PathBuf>| -> anyhow::Result<PathBuf> {
+        let dest = settings.dest(flag).map(|s| s.value).ok_or_else(|| {
+            UserError("no destination: pass --dest DIR, run inside a Slurm job that sets SLURM_TMPDIR, or set dest in the site config".into())
+        })?;
+        Ok(std::path::absolute(&dest).unwrap_or(dest))
+    };
     match cli.command {
         Command::Prepare { spec, cache, jobs, json } => {
-            prepare::run(&spec, &settings::cache_root(cache.cache), settings::workers(jobs), progress, json)
+            prepare::run(&spec, &settings.cache(cache.cache).value, settings.workers(jobs).value, progress, json)
         }
-        Command::Stage(args) => stage::run(args, progress),
-        Command::Wait { dest, entry } => stage::wait(dest, entry.as_deref()),
-        Command::Status { cache, dest, json } => status::run(&settings::cache_root(cache.cache), dest, json),
+        Command::Stage(args) => {
+            let (dest, cache) = (dest(args.dest.clone())?, settings.cache(args.cache.cache.clone()).value);
+            let threads = settings.stage_threads(args.jobs).value;
+            stage::run(args, &cache, dest, threads, progress)
+        }
+        Command::Wait { dest: flag, entry } => stage::wait(dest(flag)?, entry.as_deref()),
+        Command::Status { cache, dest, json } => {
+            status::run(&settings.cache(cache.cache).value, settings.dest(dest).map(|s| s.value), json)
+        }
         Command::Gc { cache, max_size, max_age, keep, dry_run, dest, json } => {
-            let policy = crate::gc::GcPolicy { max_size, max_age, keep };
-            gc::run(&settings::cache_root(cache.cache), dest.as_deref(), &policy, dry_run, json)
+            let policy = settings.gc_policy(max_size, max_age, keep)?;
+            gc::run(&settings.cache(cache.cache).value, dest.as_deref(), &policy, dry_run, json)
         }
         Command::Verify { fingerprint, all, dest, cache, json } => {
-            verify::run(&settings::cache_root(cache.cache), fingerprint.as_deref(), all, dest.as_deref(), json)
+            verify::run(&settings.cache(cache.cache).value, fingerprint.as_deref(), all, dest.as_deref(), json)
         }
-        Command::Demo { dir } => demo::run(&dir, progress),
+        Command::Config { json } => config::run(&settings, json),
+        Command::Demo { dir } => demo::run(&dir, settings.workers(None).value, progress),
     }
 }
 
@@ -41,7 +58,8 @@ pub fn exit_code(err: &anyhow::Error) -> u8 {
         if let Some(err) = cause.downcast_ref::<crate::stage::StageError>() {
             return if err.is_user_error() { 1 } else { 2 };
         }
-        if cause.is::<crate::spec::SpecError>() || cause.is::<UserError>() {
+        if cause.is::<crate::spec::SpecError>() || cause.is::<UserError>() || cause.is::<crate::settings::ConfigError>()
+        {
             return 1;
         }
     }

@@ -13,14 +13,18 @@ use crate::cache::manifest::Manifest;
 use crate::cli::StageArgs;
 use crate::prepare;
 use crate::progress::ProgressMode;
-use crate::settings;
 use crate::spec::Spec;
 use crate::stage::state::{self, Phase, WaitOutcome};
 use crate::stage::{self, PlanKind, StageOptions, StagePlan, StageReport};
 
-pub fn run(args: StageArgs, progress: ProgressMode) -> anyhow::Result<()> {
-    let dest = destination(args.dest)?;
-    let cache = CacheLayout::new(settings::cache_root(args.cache.cache));
+pub fn run(
+    args: StageArgs,
+    cache_root: &Path,
+    dest: PathBuf,
+    threads: usize,
+    progress: ProgressMode,
+) -> anyhow::Result<()> {
+    let cache = CacheLayout::new(cache_root);
     let plan = if let (Some(src), Some(list)) = (&args.src, &args.files_from) {
         stage::plan_drop_in(src, &read_list(list)?, &dest)?
     } else if let Some(prefix) = &args.entry {
@@ -40,7 +44,7 @@ pub fn run(args: StageArgs, progress: ProgressMode) -> anyhow::Result<()> {
         };
         stage::plan_entry(&cache, &manifest, &dest)?
     };
-    let options = StageOptions { dest: dest.clone(), threads: copy_threads(args.jobs), verify: args.verify, progress };
+    let options = StageOptions { dest: dest.clone(), threads, verify: args.verify, progress };
     if let PlanKind::Entry { .. } = plan.kind {
         prepare::mark_used(&cache, &plan.id);
     }
@@ -54,23 +58,6 @@ pub fn run(args: StageArgs, progress: ProgressMode) -> anyhow::Result<()> {
         print_report(&report);
     }
     Ok(())
-}
-
-/// `--dest`, else `$SLURM_TMPDIR/ferry`.
-fn destination(flag: Option<PathBuf>) -> anyhow::Result<PathBuf> {
-    let dest = flag
-        .or_else(|| {
-            std::env::var_os("SLURM_TMPDIR").filter(|v| !v.is_empty()).map(|dir| PathBuf::from(dir).join("ferry"))
-        })
-        .ok_or_else(|| {
-            UserError("no destination: pass --dest DIR, or run inside a Slurm job that sets SLURM_TMPDIR".into())
-        })?;
-    Ok(std::path::absolute(&dest).unwrap_or(dest))
-}
-
-/// Copies in flight: staging is bound by I/O latency, so several per core.
-fn copy_threads(flag: Option<usize>) -> usize {
-    flag.filter(|n| *n > 0).unwrap_or_else(|| (settings::workers(None) * 16).clamp(16, 64))
 }
 
 fn read_list(path: &Path) -> anyhow::Result<String> {
@@ -151,8 +138,7 @@ fn start_background(plan: &StagePlan, options: &StageOptions, cache: &CacheLayou
     Ok(())
 }
 
-pub fn wait(dest: Option<PathBuf>, entry: Option<&str>) -> anyhow::Result<()> {
-    let dest = destination(dest)?;
+pub fn wait(dest: PathBuf, entry: Option<&str>) -> anyhow::Result<()> {
     match state::wait(&dest, entry, Duration::from_millis(200)) {
         WaitOutcome::Done(states) => {
             for s in states {
