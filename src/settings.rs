@@ -113,7 +113,7 @@ impl Settings {
         Ok(Settings { config, config_path })
     }
 
-    fn from_config(&self) -> Source {
+    fn config_source(&self) -> Source {
         Source::Config(self.config_path.clone().unwrap_or_default())
     }
 
@@ -129,7 +129,7 @@ impl Settings {
             return Setting { value: value.into(), source: Source::Env("FERRY_CACHE".into()) };
         }
         if let Some(value) = self.config.cache.as_deref().and_then(expand) {
-            return Setting { value, source: self.from_config() };
+            return Setting { value, source: self.config_source() };
         }
         if let Some(scratch) = env("SCRATCH") {
             return Setting { value: Path::new(&scratch).join("ferry"), source: Source::Env("SCRATCH".into()) };
@@ -151,7 +151,7 @@ impl Settings {
                 source: Source::Env("SLURM_TMPDIR".into()),
             });
         }
-        self.config.dest.as_deref().and_then(expand).map(|value| Setting { value, source: self.from_config() })
+        self.config.dest.as_deref().and_then(expand).map(|value| Setting { value, source: self.config_source() })
     }
 
     /// Tokenizer workers for `prepare`.
@@ -165,7 +165,7 @@ impl Settings {
             }
         }
         if let Some(value) = self.config.jobs.filter(|n| *n > 0) {
-            return Setting { value, source: self.from_config() };
+            return Setting { value, source: self.config_source() };
         }
         Setting { value: std::thread::available_parallelism().map_or(1, |n| n.get()), source: Source::Default }
     }
@@ -179,7 +179,7 @@ impl Settings {
             return Setting { value, source: Source::Env("FERRY_STAGE_JOBS".into()) };
         }
         if let Some(value) = self.config.stage_jobs.filter(|n| *n > 0) {
-            return Setting { value, source: self.from_config() };
+            return Setting { value, source: self.config_source() };
         }
         let per_core = self.workers(None);
         Setting { value: (per_core.value * 16).clamp(16, 64), source: per_core.source }
@@ -218,7 +218,7 @@ impl Settings {
     pub fn gc_sources(&self) -> [Source; 3] {
         let source = |name: &str, configured: bool| match (env(name), configured) {
             (Some(_), _) => Source::Env(name.into()),
-            (None, true) => self.from_config(),
+            (None, true) => self.config_source(),
             (None, false) => Source::Default,
         };
         [
@@ -238,7 +238,7 @@ impl Settings {
             return Setting { value: value.into(), source: Source::Env("FERRY_SOCKET".into()) };
         }
         if let Some(value) = self.config.daemon.socket.as_deref().and_then(expand) {
-            return Setting { value, source: self.from_config() };
+            return Setting { value, source: self.config_source() };
         }
         let value = if rustix::process::getuid().is_root() {
             PathBuf::from("/run/ferry/ferry.sock")
@@ -255,6 +255,6 @@ impl Settings {
         if let Some(value) = env("FERRY_METRICS") {
             return Some(Setting { value, source: Source::Env("FERRY_METRICS".into()) });
         }
-        self.config.daemon.metrics.clone().map(|value| Setting { value, source: self.from_config() })
+        self.config.daemon.metrics.clone().map(|value| Setting { value, source: self.config_source() })
     }
 }
