@@ -52,17 +52,30 @@ if [ -s "$gpt2_dir/merges.txt" ]; then
   export FERRY_TEST_GPT2_DIR="$gpt2_dir"
 fi
 
-# --- System packages (root only) ----------------------------------------------
+# --- System packages and a one-node Slurm cluster (root only) -------------------
 if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
   missing=()
   command -v rsync >/dev/null || missing+=(rsync)
+  command -v slurmctld >/dev/null || missing+=(slurm-wlm)
+  command -v munged >/dev/null || missing+=(munge)
+  command -v systemd-analyze >/dev/null || missing+=(systemd)
   if [ ${#missing[@]} -gt 0 ]; then
-    say "installing ${missing[*]}"
+    say "installing ${missing[*]} (Debian packages)"
     (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}") >/dev/null 2>&1 \
-      || skip "could not install ${missing[*]}"
+      || skip "could not install ${missing[*]}; tests needing them skip"
+  fi
+  if command -v slurmctld >/dev/null && command -v munged >/dev/null; then
+    slurm_dir="$root/target/slurm-cluster"
+    say "starting a one-node Slurm cluster in $slurm_dir"
+    if conf=$(scripts/slurm/cluster.sh start "$slurm_dir"); then
+      trap 'scripts/slurm/cluster.sh stop "$slurm_dir"' EXIT
+      export FERRY_SLURM_CONF="$conf" FERRY_REQUIRE_SLURM=1
+    else
+      skip "the Slurm cluster did not start (logs in $slurm_dir/log); the end-to-end test will be skipped"
+    fi
   fi
 else
-  skip "not root: system packages (Slurm, munge, rsync, systemd) are not installed; tests needing them skip"
+  skip "not root: Slurm, munge, rsync and systemd are not installed; the tests needing them skip"
 fi
 
 # --- Rust checks and tests ----------------------------------------------------
