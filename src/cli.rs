@@ -103,6 +103,27 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Run the per-node agent: status and stage requests over a Unix socket, optional metrics.
+    Daemon {
+        /// Socket path [default: /run/ferry/ferry.sock as root, else $XDG_RUNTIME_DIR/ferry.sock]
+        #[arg(long, value_name = "PATH")]
+        socket: Option<PathBuf>,
+        /// Serve Prometheus metrics on this loopback address (e.g. 127.0.0.1:9184).
+        #[arg(long, value_name = "ADDR")]
+        metrics: Option<String>,
+        #[command(flatten)]
+        cache: CacheArgs,
+        /// Close connections silent for this long.
+        #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = humantime::parse_duration)]
+        idle_timeout: std::time::Duration,
+    },
+    /// Send one request (a JSON object, see the README) to the node's daemon and print its reply.
+    Request {
+        /// The request, e.g. '{"type": "status"}'.
+        json: String,
+        #[arg(long, value_name = "PATH")]
+        socket: Option<PathBuf>,
+    },
     /// Print the effective settings and where each comes from (flag, environment, config file, default).
     Config {
         #[arg(long)]

@@ -17,15 +17,17 @@
 //! - `prepare`: build an entry (parallel over shards, resumable) and publish it.
 //! - `stage`: mirror the cache into a node-local destination and copy the active entry (`plan`, `mirror`, `copy`, `state`).
 //! - `status`, `gc`, `verify`: what the cache holds; eviction by policy; re-hashing against manifests.
+//! - `daemon`: the per-node agent (tokio, Unix socket protocol, metrics); `settings`'s socket.
 //! - `corpus`: synthetic Pile-style corpora for the demo, tests and benchmarks.
 //! - `progress`: progress bars and periodic log lines.
-//! - `settings`: where the cache is and how many workers to use.
+//! - `settings`: effective settings (flag > environment > site config > default) and their sources.
 //! - `cli`, `commands`: argument parsing and the commands; the only code that prints to stdout.
 
 pub mod cache;
 pub mod cli;
 pub mod commands;
 pub mod corpus;
+pub mod daemon;
 pub mod fingerprint;
 pub mod fsutil;
 pub mod gc;

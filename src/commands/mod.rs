@@ -34,9 +34,12 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
             stage::run(args, &cache, dest, threads, progress)
         }
         Command::Wait { dest: flag, entry } => stage::wait(dest(flag)?, entry.as_deref()),
-        Command::Status { cache, dest, json } => {
-            status::run(&settings.cache(cache.cache).value, settings.dest(dest).map(|s| s.value), json)
-        }
+        Command::Status { cache, dest, json } => status::run(
+            &settings.cache(cache.cache).value,
+            settings.dest(dest).map(|s| s.value),
+            &settings.socket(None).value,
+            json,
+        ),
         Command::Gc { cache, max_size, max_age, keep, dry_run, dest, json } => {
             let policy = settings.gc_policy(max_size, max_age, keep)?;
             gc::run(&settings.cache(cache.cache).value, dest.as_deref(), &policy, dry_run, json)
@@ -45,6 +48,30 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
             verify::run(&settings.cache(cache.cache).value, fingerprint.as_deref(), all, dest.as_deref(), json)
         }
         Command::Config { json } => config::run(&settings, json),
+        Command::Daemon { socket, metrics, cache, idle_timeout } => {
+            let config = crate::daemon::DaemonConfig {
+                cache: settings.cache(cache.cache).value,
+                ferry: std::env::current_exe()?,
+                idle_timeout,
+            };
+            let metrics = settings.metrics(metrics).map(|s| s.value);
+            crate::daemon::serve(&settings.socket(socket).value, metrics.as_deref(), config)
+        }
+        Command::Request { json, socket } => {
+            let request: serde_json::Value =
+                serde_json::from_str(&json).map_err(|err| UserError(format!("the request is not JSON: {err}")))?;
+            let socket = settings.socket(socket).value;
+            let reply = crate::daemon::client::request(&socket, &request, None)
+                .map_err(|err| UserError(format!("no answer from a ferry daemon on {}: {err}", socket.display())))?;
+            println!("{reply}");
+            if reply["ok"] != true {
+                anyhow::bail!(UserError(format!(
+                    "the daemon refused: {}",
+                    reply["error"].as_str().unwrap_or("see the reply")
+                )));
+            }
+            Ok(())
+        }
         Command::Demo { dir } => demo::run(&dir, settings.workers(None).value, progress),
     }
 }
@@ -57,6 +84,9 @@ pub fn exit_code(err: &anyhow::Error) -> u8 {
         }
         if let Some(err) = cause.downcast_ref::<crate::stage::StageError>() {
             return if err.is_user_error() { 1 } else { 2 };
+        }
+        if cause.is::<crate::daemon::DaemonError>() {
+            return 1;
         }
         if cause.is::<crate::spec::SpecError>() || cause.is::<UserError>() || cause.is::<crate::settings::ConfigError>()
         {

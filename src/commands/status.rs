@@ -9,12 +9,17 @@ use crate::cache::layout::CacheLayout;
 use crate::stage::state::StageState;
 use crate::status::{self, CacheStatus};
 
-pub fn run(cache_root: &Path, dest: Option<PathBuf>, as_json: bool) -> anyhow::Result<()> {
+pub fn run(cache_root: &Path, dest: Option<PathBuf>, socket: &Path, as_json: bool) -> anyhow::Result<()> {
     let cache = CacheLayout::new(cache_root);
     let report = status::cache_status(&cache);
-    let dest = dest
-        .or_else(|| std::env::var_os("SLURM_TMPDIR").filter(|v| !v.is_empty()).map(|d| PathBuf::from(d).join("ferry")));
     let staging = dest.as_deref().map(status::staging).unwrap_or_default();
+    // The node's daemon, when one answers quickly.
+    let daemon = socket
+        .exists()
+        .then(|| {
+            crate::daemon::client::request(socket, &json!({"type": "status"}), Some(Duration::from_millis(500))).ok()
+        })
+        .flatten();
     if as_json {
         let value = json!({
             "cache": report.cache,
@@ -23,12 +28,31 @@ pub fn run(cache_root: &Path, dest: Option<PathBuf>, as_json: bool) -> anyhow::R
             "totals": report.totals,
             "dest": dest,
             "staging": staging,
+            "daemon": daemon,
         });
         println!("{}", serde_json::to_string_pretty(&value)?);
     } else {
         print_cache(&report);
         if let Some(dest) = &dest {
             print_staging(dest, &staging);
+        }
+        if let Some(daemon) = &daemon {
+            println!(
+                "\ndaemon on {} (pid {}, up {} s)",
+                daemon["host"].as_str().unwrap_or("?"),
+                daemon["pid"],
+                daemon["uptime_seconds"]
+            );
+            for s in daemon["stagings"].as_array().into_iter().flatten() {
+                println!(
+                    "  staging {} of {} into {} for uid {}: {}",
+                    s["id"],
+                    s["entry"].as_str().unwrap_or(""),
+                    s["dest"].as_str().unwrap_or(""),
+                    s["uid"],
+                    s["phase"].as_str().unwrap_or("")
+                );
+            }
         }
     }
     Ok(())

@@ -301,9 +301,26 @@ pub fn stage(plan: &StagePlan, options: &StageOptions) -> Result<StageReport, St
     check_space(plan, dest, options.verify)?;
     // The lease comes first: a stager waiting for another one still needs the entry.
     let _lease = match &plan.kind {
-        PlanKind::Entry { cache } => {
-            Some(Lease::acquire(cache, &plan.id, "stage").map_err(StageError::io("taking a lease in", cache.root()))?)
-        }
+        PlanKind::Entry { cache } => match Lease::acquire(cache, &plan.id, "stage") {
+            Ok(lease) => Some(lease),
+            // A cache this user may only read (a site-wide one): stage without a lease.
+            Err(err)
+                if matches!(
+                    err.kind(),
+                    std::io::ErrorKind::PermissionDenied | std::io::ErrorKind::ReadOnlyFilesystem
+                ) =>
+            {
+                tracing::warn!(cache = %cache.root().display(), error = %err, "cannot take a lease in a read-only cache; gc cannot see this staging");
+                None
+            }
+            Err(err) => {
+                return Err(StageError::Io {
+                    doing: "taking a lease in",
+                    path: cache.root().to_path_buf(),
+                    source: err,
+                });
+            }
+        },
         PlanKind::DropIn => None,
     };
     let (_lock, waited) = lock_destination(dest)?;
