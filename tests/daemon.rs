@@ -172,7 +172,7 @@ fn unprivileged_user() -> Option<u32> {
     uzers::get_user_by_name(USER).map(|u| u.uid())
 }
 
-fn as_user(env: &TestEnv, socket: &Path, request: serde_json::Value) -> std::process::Output {
+fn as_user(socket: &Path, request: serde_json::Value) -> std::process::Output {
     Command::new("runuser")
         .args([
             "-u",
@@ -204,10 +204,10 @@ fn stage_requests_run_as_the_requesting_user_and_others_uids_are_refused() {
     let daemon = spawn_daemon(&env, &socket, &[]);
 
     let dest = nodes.join("user-dest");
-    let output = as_user(&env, &socket, json!({"type": "stage", "entry": short, "dest": dest}));
+    let output = as_user(&socket, json!({"type": "stage", "entry": short, "dest": dest}));
     assert!(output.status.success(), "{}", describe(&output));
     let reply: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
-    let done = as_user(&env, &socket, json!({"type": "wait", "id": reply["id"]}));
+    let done = as_user(&socket, json!({"type": "wait", "id": reply["id"]}));
     assert!(done.status.success(), "{}", describe(&done));
     let staged = dest.join("by-name/u/train/data-00000-of-00002.arrow");
     let meta = staged.symlink_metadata().unwrap();
@@ -215,8 +215,7 @@ fn stage_requests_run_as_the_requesting_user_and_others_uids_are_refused() {
     assert_eq!(meta.uid(), uid, "the copy belongs to the requesting user");
 
     // A user may not ask on behalf of another uid; root may.
-    let refused =
-        as_user(&env, &socket, json!({"type": "stage", "entry": short, "dest": nodes.join("root-dest"), "uid": 0}));
+    let refused = as_user(&socket, json!({"type": "stage", "entry": short, "dest": nodes.join("root-dest"), "uid": 0}));
     assert_eq!(refused.status.code(), Some(1), "{}", describe(&refused));
     assert!(String::from_utf8_lossy(&refused.stderr).contains("only root may ask"), "{}", describe(&refused));
     let for_user =
@@ -224,7 +223,7 @@ fn stage_requests_run_as_the_requesting_user_and_others_uids_are_refused() {
     assert_eq!(ask(&socket, json!({"type": "wait", "id": for_user["id"]}))["ok"], true);
     assert_eq!(nodes.join("prolog-dest/by-name/u/dataset_dict.json").metadata().unwrap().uid(), uid);
     // And a user may not wait on or cancel someone else's staging.
-    let other = as_user(&env, &socket, json!({"type": "cancel", "id": 99}));
+    let other = as_user(&socket, json!({"type": "cancel", "id": 99}));
     assert_eq!(other.status.code(), Some(1));
     terminate(daemon);
 }
