@@ -186,7 +186,8 @@ fn gc_never_deletes_an_entry_being_staged() {
         assert!(Instant::now() < deadline, "the stager never took its lease");
         std::thread::sleep(Duration::from_millis(5));
     }
-    let report = json(&env, &["gc", "--keep", "1", "--json"]);
+    // A policy that evicts every entry: only the lease can keep one.
+    let report = json(&env, &["gc", "--keep", "0", "--json"]);
     assert_eq!(report["kept_in_use"][0], oldest.as_str(), "{report}");
     assert!(entry_exists(&env, &oldest), "the leased entry survives gc");
     assert!(env.run_ok(&["status"]).contains("in use"));
@@ -195,7 +196,7 @@ fn gc_never_deletes_an_entry_being_staged() {
     let output = stager.wait_with_output().unwrap();
     assert!(output.status.success(), "{}", describe(&output));
     env.run_ok(&["verify", "--dest", dest.to_str().unwrap()]);
-    let report = json(&env, &["gc", "--keep", "1", "--json"]);
+    let report = json(&env, &["gc", "--keep", "0", "--json"]);
     assert!(
         report["removed"].as_array().unwrap().iter().any(|a| a["path"].as_str().unwrap().ends_with(&oldest)),
         "{report}"

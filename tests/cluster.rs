@@ -97,7 +97,8 @@ fn killed_build_publishes_nothing_and_resumes_only_unfinished_shards() {
 #[test]
 fn slurm_tasks_share_the_shards_and_one_publishes() {
     let env = TestEnv::new();
-    env.shards("data", "train", 9, 600, 3);
+    // Shards long enough that the tasks' start-up skew cannot decide the split.
+    env.shards("data", "train", 9, 2500, 3);
     let spec = env.write("spec.toml", gpt2_spec("tasks", "data/*.jsonl.zst", "[sequence]\nseq_len = 128\n"));
     let cache = env.cache();
     let children: Vec<Child> = (0..3)

@@ -11,16 +11,7 @@ use common::{TestEnv, describe, gpt2_spec, python, python_script};
 
 /// GPT-2's official vocab.json + merges.txt, fetched by the test script.
 fn real_gpt2() -> Option<PathBuf> {
-    match std::env::var_os("FERRY_TEST_GPT2_DIR") {
-        Some(dir) => Some(PathBuf::from(dir)),
-        None if std::env::var_os("FERRY_REQUIRE_PYTHON").is_some() => {
-            panic!("the test script did not provide GPT-2's vocabulary")
-        }
-        None => {
-            eprintln!("SKIPPED: GPT-2's vocabulary is not available (run scripts/test.sh)");
-            None
-        }
-    }
+    common::provided("FERRY_TEST_GPT2_DIR", "FERRY_REQUIRE_PYTHON", "GPT-2's official vocabulary")
 }
 
 fn check_entry(python: &Path, entry: &str, args: &[&str]) -> serde_json::Value {

@@ -9,18 +9,9 @@ use std::process::Command;
 
 use common::{TestEnv, describe, gpt2_spec, python};
 
-/// The cluster's config, or None (with a message) when the test script could not start one.
+/// The cluster's config, when the test script started one (as root).
 fn slurm() -> Option<PathBuf> {
-    match std::env::var_os("FERRY_SLURM_CONF") {
-        Some(conf) => Some(PathBuf::from(conf)),
-        None if std::env::var_os("FERRY_REQUIRE_SLURM").is_some() => {
-            panic!("FERRY_REQUIRE_SLURM is set but FERRY_SLURM_CONF is not")
-        }
-        None => {
-            eprintln!("SKIPPED: no Slurm cluster (scripts/test.sh starts one when run as root)");
-            None
-        }
-    }
+    common::provided("FERRY_SLURM_CONF", "FERRY_REQUIRE_SLURM", "a Slurm cluster")
 }
 
 fn repo() -> &'static Path {

@@ -94,7 +94,8 @@ pub fn find_entry(cache: &CacheLayout, prefix: &str) -> anyhow::Result<Manifest>
 fn start_background(plan: &StagePlan, options: &StageOptions, cache: &CacheLayout) -> anyhow::Result<()> {
     let dest = &options.dest;
     let (lock, _) = stage::lock_destination(dest)?;
-    stage::build_mirror(plan, dest, &Default::default())?;
+    let missing: Vec<&str> = stage::pending_files(plan, options.verify).iter().map(|f| f.relative.as_str()).collect();
+    stage::build_mirror(plan, dest, &missing)?;
     let exe = std::env::current_exe().context("finding the ferry executable")?;
     let mut child = std::process::Command::new(exe);
     child.arg("stage").arg("--dest").arg(dest).arg("--jobs").arg(options.threads.to_string());

@@ -70,7 +70,6 @@ pub struct ShardTask {
 /// Live counters for progress reports.
 #[derive(Debug, Default)]
 pub struct BuildCounters {
-    pub shards_done: AtomicU64,
     pub input_bytes: AtomicU64,
     pub documents: AtomicU64,
     pub tokens: AtomicU64,
@@ -170,7 +169,6 @@ impl ShardContext<'_> {
         let record_path = self.build.shard_record(&task.split, task.shard);
         crate::fsutil::write_json_atomic(&record_path, &record)
             .map_err(|source| ShardError::Record { path: record_path, source })?;
-        self.counters.shards_done.fetch_add(1, Ordering::Relaxed);
         Ok(record)
     }
 

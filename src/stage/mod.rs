@@ -250,13 +250,14 @@ pub fn lock_destination(dest: &Path) -> Result<(File, bool), StageError> {
     }
 }
 
-/// Mirrors the cache and creates the active entry's tree. Files in `unlinked`
-/// (relative paths) get no symlink: a foreground stage is about to copy them and
-/// nobody reads before it returns; `--background` passes none, so a reader finds
-/// every file from the start. Call with the destination lock held.
-pub fn build_mirror(plan: &StagePlan, dest: &Path, unlinked: &HashSet<&str>) -> Result<(), StageError> {
+/// Mirrors the cache and creates the active entry's tree. Of the plan's own
+/// files, only those in `link` get a symlink to the source: a foreground stage is
+/// about to copy the missing ones and nobody reads before it returns, while
+/// `--background` links every missing file so a reader finds them all at once.
+/// Files already copied are left alone. Call with the destination lock held.
+pub fn build_mirror(plan: &StagePlan, dest: &Path, link: &[&str]) -> Result<(), StageError> {
     let mirror_error = StageError::io("mirroring into", dest);
-    let linked = |relative: &&str| !unlinked.contains(relative);
+    let relative: Vec<&str> = plan.files.iter().map(|f| f.relative.as_str()).collect();
     match &plan.kind {
         PlanKind::Entry { cache } => {
             mirror::mirror_cache(cache, dest, &plan.id).map_err(mirror_error)?;
@@ -265,19 +266,24 @@ pub fn build_mirror(plan: &StagePlan, dest: &Path, unlinked: &HashSet<&str>) -> 
             let link = dest.join("by-name").join(&plan.name);
             mirror::ensure_symlink(&CacheLayout::by_name_target(&plan.id), &link)
                 .map_err(StageError::io("linking", &link))?;
-            let relative: Vec<&str> = plan.files.iter().map(|f| f.relative.as_str()).collect();
-            mirror::make_dirs(&plan.dest_root, &relative).map_err(StageError::io("mirroring into", dest))?;
-            let to_link: Vec<&str> = relative.into_iter().filter(linked).collect();
-            mirror::link_files(&plan.source_root, &plan.dest_root, &to_link)
-                .map_err(StageError::io("mirroring into", dest))
         }
-        PlanKind::DropIn => mirror_tree(&plan.source_root, dest, unlinked).map_err(mirror_error),
+        PlanKind::DropIn => {
+            let listed: HashSet<&str> = relative.iter().copied().collect();
+            mirror_tree(&plan.source_root, dest, &listed).map_err(mirror_error)?;
+        }
     }
+    mirror::make_dirs(&plan.dest_root, &relative).map_err(StageError::io("mirroring into", dest))?;
+    mirror::link_files(&plan.source_root, &plan.dest_root, link).map_err(StageError::io("mirroring into", dest))
 }
 
-/// Drop-in mode: every file of `src` as a symlink (directories real), `*.lock`
-/// skipped, `unlinked` files left to the copy.
-fn mirror_tree(src: &Path, dest: &Path, unlinked: &HashSet<&str>) -> std::io::Result<()> {
+/// The plan's files not yet complete in the destination.
+pub fn pending_files(plan: &StagePlan, verify: bool) -> Vec<&PlannedFile> {
+    plan.files.par_iter().filter(|f| !is_complete(plan, f, verify)).collect()
+}
+
+/// Drop-in mode: every file of `src` but the `listed` ones as a symlink
+/// (directories real), `*.lock` skipped.
+fn mirror_tree(src: &Path, dest: &Path, listed: &HashSet<&str>) -> std::io::Result<()> {
     mirror::ensure_real_dir(dest)?;
     let mut files = Vec::new();
     for entry in walkdir::WalkDir::new(src).min_depth(1).follow_links(false) {
@@ -285,7 +291,7 @@ fn mirror_tree(src: &Path, dest: &Path, unlinked: &HashSet<&str>) -> std::io::Re
         let relative = entry.path().strip_prefix(src).map_err(std::io::Error::other)?.to_string_lossy().into_owned();
         if entry.file_type().is_dir() {
             mirror::ensure_real_dir(&dest.join(&relative))?;
-        } else if !entry.file_name().to_string_lossy().ends_with(".lock") && !unlinked.contains(relative.as_str()) {
+        } else if !entry.file_name().to_string_lossy().ends_with(".lock") && !listed.contains(relative.as_str()) {
             files.push(relative);
         }
     }
@@ -325,9 +331,10 @@ pub fn stage(plan: &StagePlan, options: &StageOptions) -> Result<StageReport, St
     };
     let (_lock, waited) = lock_destination(dest)?;
     tracing::debug!(seconds = started.elapsed().as_secs_f64(), "space checked, destination locked");
+    let previous_done = state::read(&state::state_path(dest, &plan.id)).is_some_and(|s| s.phase == Phase::Done);
     let mut current = new_state(plan, options, Phase::Mirroring);
     state::write(dest, &current).map_err(StageError::io("writing state in", dest))?;
-    let result = stage_locked(plan, options, &mut current, started);
+    let result = stage_locked(plan, options, &mut current, started, previous_done);
     if let Err(err) = &result {
         current.phase = Phase::Failed;
         current.error = Some(err.to_string());
@@ -345,13 +352,16 @@ fn stage_locked(
     options: &StageOptions,
     current: &mut StageState,
     started: Instant,
+    previous_done: bool,
 ) -> Result<StageReport, StageError> {
     let dest = &options.dest;
-    copy::remove_stale_temps(&plan.dest_root);
-    let pending: Vec<&PlannedFile> = plan.files.par_iter().filter(|f| !is_complete(plan, f, options.verify)).collect();
+    // Only a run that did not finish leaves temporaries behind.
+    if !previous_done {
+        copy::remove_stale_temps(&plan.dest_root);
+    }
+    let pending = pending_files(plan, options.verify);
     tracing::debug!(seconds = started.elapsed().as_secs_f64(), pending = pending.len(), "pending files found");
-    let unlinked: HashSet<&str> = pending.iter().map(|f| f.relative.as_str()).collect();
-    build_mirror(plan, dest, &unlinked)?;
+    build_mirror(plan, dest, &[])?;
     tracing::debug!(seconds = started.elapsed().as_secs_f64(), "mirror built");
     // Space again, now that the lock is ours and another stager may have finished.
     check_free(dest, pending.iter().map(|f| f.size).sum())?;

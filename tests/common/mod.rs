@@ -98,20 +98,23 @@ pub fn entry_data_files(entry: &Path) -> Vec<(String, Vec<u8>)> {
     files
 }
 
-/// Python with `datasets`, or None (with a message) when the test script could
-/// not install it. Under the test script (FERRY_REQUIRE_PYTHON=1) a missing
-/// Python fails instead of skipping.
-pub fn python() -> Option<PathBuf> {
-    match std::env::var_os("FERRY_TEST_PYTHON") {
-        Some(python) => Some(PathBuf::from(python)),
-        None if std::env::var_os("FERRY_REQUIRE_PYTHON").is_some() => {
-            panic!("FERRY_REQUIRE_PYTHON is set but FERRY_TEST_PYTHON is not")
-        }
+/// A path the test script provides in `variable`, or None with a SKIPPED message
+/// when it could not (no root, no package). When the script says it set the
+/// thing up (`require` is set), a missing path fails instead of skipping.
+pub fn provided(variable: &str, require: &str, what: &str) -> Option<PathBuf> {
+    match std::env::var_os(variable) {
+        Some(value) => Some(PathBuf::from(value)),
+        None if std::env::var_os(require).is_some() => panic!("{require} is set but {variable} is not"),
         None => {
-            eprintln!("SKIPPED: no Python with datasets (run scripts/test.sh, which creates one)");
+            eprintln!("SKIPPED: {what} is not available (scripts/test.sh provides it)");
             None
         }
     }
+}
+
+/// Python with `datasets` from the test script's venv.
+pub fn python() -> Option<PathBuf> {
+    provided("FERRY_TEST_PYTHON", "FERRY_REQUIRE_PYTHON", "Python with datasets")
 }
 
 pub fn python_script(name: &str) -> PathBuf {
