@@ -135,3 +135,16 @@ fn cache_hit_of_a_thousand_shards_reads_no_shard_bytes() {
     assert_eq!(second["built"], false);
     assert_eq!(second["fingerprint"], first["fingerprint"]);
 }
+
+#[test]
+fn a_cache_of_another_layout_version_is_refused_not_misread() {
+    let env = TestEnv::new();
+    env.shards("data", "train", 1, 10, 5);
+    let spec = env.write("spec.toml", gpt2_spec("v", "data/*.jsonl.zst", SMALL_SEQ));
+    env.prepare(&spec, &[]);
+    assert_eq!(std::fs::read_to_string(env.cache().join("layout-version")).unwrap().trim(), "1");
+    std::fs::write(env.cache().join("layout-version"), "99\n").unwrap();
+    let output = env.run(&["prepare", spec.to_str().unwrap()]);
+    assert_eq!(output.status.code(), Some(1), "{}", common::describe(&output));
+    assert!(String::from_utf8_lossy(&output.stderr).contains("layout version 99"), "{}", common::describe(&output));
+}

@@ -8,6 +8,7 @@
 //! <cache>/leases/<fp16>/<holder>     live users of an entry (builds, stagings)
 //! <cache>/used/<fp16>                mtime = last use of the entry
 //! <cache>/trash/                     entries being deleted
+//! <cache>/layout-version             this layout's version, written by the first prepare
 //! ```
 
 use std::path::{Path, PathBuf};
@@ -85,6 +86,26 @@ impl CacheLayout {
 
     pub fn layout_version_file(&self) -> PathBuf {
         self.root.join("layout-version")
+    }
+
+    /// Records this layout's version in a new cache, and refuses a cache laid out
+    /// by an incompatible ferry (rather than misreading it).
+    pub fn check_version(&self) -> std::io::Result<()> {
+        let path = self.layout_version_file();
+        match std::fs::read_to_string(&path) {
+            Ok(text) if text.trim() == LAYOUT_VERSION.to_string() => Ok(()),
+            Ok(text) => Err(std::io::Error::other(format!(
+                "{} has cache layout version {}, this ferry uses {LAYOUT_VERSION}; use another --cache, or move the old cache away",
+                self.root.display(),
+                text.trim()
+            ))),
+            Err(err) if err.kind() == std::io::ErrorKind::NotFound => {
+                crate::fsutil::create_dir_all(&self.root)?;
+                // Several first writers may race: exclusive create, and any of them wins.
+                crate::fsutil::create_exclusive(&path, format!("{LAYOUT_VERSION}\n").as_bytes()).map(|_| ())
+            }
+            Err(err) => Err(err),
+        }
     }
 }
 

@@ -46,6 +46,9 @@ pub enum PrepareError {
     Manifest(#[from] ManifestError),
     #[error("{doing}: {source}")]
     Io { doing: &'static str, source: std::io::Error },
+    /// The cache's layout version, or the cache root itself, is not usable.
+    #[error("cache layout: {0}")]
+    Layout(std::io::Error),
     #[error(
         "entry {path} has fingerprint {found}, not {expected}; remove it (a 64-bit prefix collision or a damaged cache)"
     )]
@@ -137,6 +140,7 @@ pub fn published(
 /// Builds the entry for `spec` unless it exists.
 pub fn prepare(spec: &Spec, cache: &CacheLayout, options: &PrepareOptions) -> Result<Prepared, PrepareError> {
     let started = Instant::now();
+    cache.check_version().map_err(PrepareError::Layout)?;
     let located = locate(spec, cache)?;
     let short = located.fingerprint.short();
     if let Some((entry, manifest)) = published(cache, &located.fingerprint)? {
