@@ -126,6 +126,14 @@ fn source_tree(env: &TestEnv, count: usize, size: usize) -> (PathBuf, Vec<String
     (src, listed)
 }
 
+/// `ferry stage --src SRC --files-from LIST --dest DEST` and extra arguments.
+fn drop_in(env: &TestEnv, src: &Path, list: &str, dest: &Path, extra: &[&str]) -> std::process::Output {
+    let mut args =
+        vec!["stage", "--src", src.to_str().unwrap(), "--files-from", list, "--dest", dest.to_str().unwrap()];
+    args.extend_from_slice(extra);
+    env.run(&args)
+}
+
 fn regular_files_with_inodes(dir: &Path) -> BTreeMap<PathBuf, u64> {
     walkdir::WalkDir::new(dir)
         .into_iter()
@@ -176,17 +184,9 @@ fn killed_stage_resumes_without_copying_finished_files_again() {
             continue;
         }
         assert!(arrow_before >= 2, "killed part-way: {arrow_before} files done");
-        let output: serde_json::Value = serde_json::from_str(&env.run_ok(&[
-            "stage",
-            "--src",
-            src.to_str().unwrap(),
-            "--files-from",
-            "list.txt",
-            "--dest",
-            dest.to_str().unwrap(),
-            "--json",
-        ]))
-        .unwrap();
+        let rerun = drop_in(&env, &src, "list.txt", &dest, &["--json"]);
+        assert!(rerun.status.success(), "{}", describe(&rerun));
+        let output: serde_json::Value = serde_json::from_slice(&rerun.stdout).unwrap();
         assert_eq!(output["phase"], "done");
         assert_eq!(
             output["files_copied"].as_u64().unwrap(),
@@ -218,15 +218,8 @@ fn drop_in_mode_mirrors_copies_listed_files_and_refuses_empty_lists() {
     let (src, listed) = source_tree(&env, 3, 1000);
     let dest = env.path("node");
     env.write("list.txt", format!("{}\n\n{}\n", listed[0], listed[2]));
-    env.run_ok(&[
-        "stage",
-        "--src",
-        src.to_str().unwrap(),
-        "--files-from",
-        "list.txt",
-        "--dest",
-        dest.to_str().unwrap(),
-    ]);
+    let staged = drop_in(&env, &src, "list.txt", &dest, &[]);
+    assert!(staged.status.success(), "{}", describe(&staged));
     assert!(is_regular(&dest.join(&listed[0])) && is_regular(&dest.join(&listed[2])));
     assert!(dest.join(&listed[1]).symlink_metadata().unwrap().file_type().is_symlink(), "unlisted files are symlinks");
     assert!(dest.join("other/unrelated.arrow").symlink_metadata().unwrap().file_type().is_symlink());
@@ -234,29 +227,13 @@ fn drop_in_mode_mirrors_copies_listed_files_and_refuses_empty_lists() {
 
     let empty_dest = env.path("node-empty");
     env.write("empty.txt", "\n");
-    let output = env.run(&[
-        "stage",
-        "--src",
-        src.to_str().unwrap(),
-        "--files-from",
-        "empty.txt",
-        "--dest",
-        empty_dest.to_str().unwrap(),
-    ]);
+    let output = drop_in(&env, &src, "empty.txt", &empty_dest, &[]);
     assert_eq!(output.status.code(), Some(1), "{}", describe(&output));
     assert!(String::from_utf8_lossy(&output.stderr).contains("lists no file"), "{}", describe(&output));
     assert!(!empty_dest.exists(), "nothing staged for an empty list");
 
     env.write("escape.txt", "../outside.arrow\n");
-    let output = env.run(&[
-        "stage",
-        "--src",
-        src.to_str().unwrap(),
-        "--files-from",
-        "escape.txt",
-        "--dest",
-        empty_dest.to_str().unwrap(),
-    ]);
+    let output = drop_in(&env, &src, "escape.txt", &empty_dest, &[]);
     assert_eq!(output.status.code(), Some(1), "{}", describe(&output));
     assert!(String::from_utf8_lossy(&output.stderr).contains("line 1"), "{}", describe(&output));
 
@@ -358,15 +335,7 @@ fn full_destination_fails_before_copying_and_leaves_nothing() {
         return;
     }
     let dest = mount_point.join("ferry");
-    let output = env.run(&[
-        "stage",
-        "--src",
-        src.to_str().unwrap(),
-        "--files-from",
-        "list.txt",
-        "--dest",
-        dest.to_str().unwrap(),
-    ]);
+    let output = drop_in(&env, &src, "list.txt", &dest, &[]);
     let left: Vec<_> = std::fs::read_dir(&mount_point).unwrap().flatten().map(|e| e.file_name()).collect();
     let _ = Command::new("umount").arg(&mount_point).status();
     assert_eq!(output.status.code(), Some(1), "{}", describe(&output));
