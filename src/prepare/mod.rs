@@ -196,6 +196,9 @@ pub fn prepare(spec: &Spec, cache: &CacheLayout, options: &PrepareOptions) -> Re
     let (records, tokenized_here, kind, _publish_guard) = match outcome {
         Together::Publish { records, tokenized_here, kind, guard } => (records, tokenized_here, kind, guard),
         Together::PublishedElsewhere { tokenized_here } => {
+            // A task that set up the build directory while another published leaves
+            // it behind otherwise; whoever leaves last removes it.
+            let _ = fs_err::remove_dir_all(build.root());
             let (entry, manifest) = published(cache, &located.fingerprint)?.ok_or_else(|| PrepareError::Io {
                 doing: "waiting for the entry",
                 source: std::io::Error::other("the publisher finished but the entry is missing"),
