@@ -3,15 +3,14 @@
 //! on a parallel filesystem.
 
 use std::path::Path;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use rayon::prelude::*;
 use serde::Serialize;
 
 use crate::cache::layout::CacheLayout;
-use crate::cache::lease::{self, EXPIRY};
+use crate::cache::lease;
 use crate::cache::manifest::Manifest;
-use crate::fsutil;
 use crate::prepare::BuildProgress;
 use crate::stage::state::{self, StageState};
 
@@ -119,15 +118,6 @@ fn entry_status(cache: &CacheLayout, short: &str) -> EntryStatus {
     }
 }
 
-/// Whether a builder's progress file shows a live builder.
-pub fn builder_alive(progress: &BuildProgress, file_age: Option<Duration>) -> bool {
-    if progress.host == fsutil::host_name() {
-        fsutil::process_alive(progress.pid)
-    } else {
-        file_age.is_some_and(|age| age < EXPIRY)
-    }
-}
-
 /// Builds in progress or abandoned.
 pub fn builds(cache: &CacheLayout) -> Vec<BuildStatus> {
     let Ok(dir) = std::fs::read_dir(cache.building_dir()) else { return Vec::new() };
@@ -154,7 +144,7 @@ pub fn builds(cache: &CacheLayout) -> Vec<BuildStatus> {
             status.name = progress.name.clone();
             status.shards_total = status.shards_total.max(progress.shards_total);
             status.updated_unix = status.updated_unix.max(progress.updated_unix);
-            if builder_alive(&progress, age) {
+            if lease::holder_alive(Some((progress.host.as_str(), progress.pid)), age) {
                 status.state = "building".into();
                 status.builders.push(format!("{}:{}", progress.host, progress.pid));
             }

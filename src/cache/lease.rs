@@ -7,15 +7,13 @@
 //! Works on NFS and Lustre: only `open(O_EXCL)`, `utimensat` and `unlink`.
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::thread::JoinHandle;
 use std::time::{Duration, SystemTime};
 
 use serde::{Deserialize, Serialize};
 
 use crate::cache::layout::CacheLayout;
 use crate::fsutil;
+use crate::progress::Ticker;
 
 /// How often a holder refreshes its lease.
 pub const HEARTBEAT: Duration = Duration::from_secs(10);
@@ -34,8 +32,7 @@ pub struct LeaseInfo {
 /// A held lease; released (file removed) on drop.
 pub struct Lease {
     path: PathBuf,
-    stop: Arc<AtomicBool>,
-    heartbeat: Option<JoinHandle<()>>,
+    _heartbeat: Ticker,
 }
 
 impl Lease {
@@ -51,37 +48,32 @@ impl Lease {
         };
         let path = dir.join(format!("{}.{}.{}.{}", info.host, info.pid, kind, fsutil::unique_suffix()));
         fsutil::create_exclusive(&path, &serde_json::to_vec(&info).map_err(std::io::Error::other)?)?;
-        let stop = Arc::new(AtomicBool::new(false));
-        let heartbeat = {
-            let (path, stop) = (path.clone(), stop.clone());
-            std::thread::spawn(move || {
-                let mut last = std::time::Instant::now();
-                while !stop.load(Ordering::Relaxed) {
-                    std::thread::sleep(Duration::from_millis(200));
-                    if last.elapsed() >= HEARTBEAT {
-                        touch(&path);
-                        last = std::time::Instant::now();
-                    }
-                }
-            })
-        };
-        Ok(Lease { path, stop, heartbeat: Some(heartbeat) })
+        let beating = path.clone();
+        let heartbeat = Ticker::every(HEARTBEAT, move || {
+            let _ = fsutil::touch(&beating);
+        });
+        Ok(Lease { path, _heartbeat: heartbeat })
     }
 }
 
 impl Drop for Lease {
     fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        if let Some(thread) = self.heartbeat.take() {
-            let _ = thread.join();
-        }
         let _ = std::fs::remove_file(&self.path);
     }
 }
 
-fn touch(path: &Path) {
-    if let Ok(file) = std::fs::File::options().write(true).open(path) {
-        let _ = file.set_modified(SystemTime::now());
+/// How long ago the file's heartbeat (mtime) was, if it can be read.
+pub fn heartbeat_age(path: &Path) -> Option<Duration> {
+    std::fs::metadata(path).ok()?.modified().ok()?.elapsed().ok()
+}
+
+/// The one liveness rule for leases, shard claims and builders: on this host the
+/// process table decides; elsewhere (or when the holder is unknown, e.g. a file
+/// being written right now) only a heartbeat younger than `EXPIRY` counts.
+pub fn holder_alive(holder: Option<(&str, u32)>, heartbeat_age: Option<Duration>) -> bool {
+    match holder {
+        Some((host, pid)) if host == fsutil::host_name() => fsutil::process_alive(pid),
+        _ => heartbeat_age.is_some_and(|age| age < EXPIRY),
     }
 }
 
@@ -89,24 +81,13 @@ fn touch(path: &Path) {
 /// host the process table decides; elsewhere, the heartbeat.
 fn leases(cache: &CacheLayout, short_fingerprint: &str) -> Vec<(PathBuf, Option<LeaseInfo>, bool)> {
     let Ok(entries) = std::fs::read_dir(cache.leases(short_fingerprint)) else { return Vec::new() };
-    let host = fsutil::host_name();
     entries
         .flatten()
         .map(|entry| {
             let path = entry.path();
-            let fresh = entry
-                .metadata()
-                .ok()
-                .and_then(|m| m.modified().ok())
-                .and_then(|m| m.elapsed().ok())
-                .is_some_and(|age| age < EXPIRY);
             let info: Option<LeaseInfo> =
                 std::fs::read(&path).ok().and_then(|bytes| serde_json::from_slice(&bytes).ok());
-            let alive = match &info {
-                Some(info) if info.host == host => fsutil::process_alive(info.pid),
-                // Elsewhere, or being written right now: trust only a fresh heartbeat.
-                _ => fresh,
-            };
+            let alive = holder_alive(info.as_ref().map(|i| (i.host.as_str(), i.pid)), heartbeat_age(&path));
             (path, info, alive)
         })
         .collect()

@@ -8,11 +8,10 @@ use std::collections::HashSet;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
-use std::time::SystemTime;
 
 use serde::{Deserialize, Serialize};
 
-use crate::cache::lease::{EXPIRY, HEARTBEAT};
+use crate::cache::lease::{self, HEARTBEAT};
 use crate::fsutil;
 use crate::progress::Ticker;
 
@@ -71,9 +70,7 @@ impl Claims {
         let heartbeat = Ticker::every(HEARTBEAT, move || {
             let paths: Vec<PathBuf> = touched.lock().unwrap_or_else(|e| e.into_inner()).iter().cloned().collect();
             for path in paths {
-                if let Ok(file) = std::fs::File::options().write(true).open(&path) {
-                    let _ = file.set_modified(SystemTime::now());
-                }
+                let _ = fsutil::touch(&path);
             }
         });
         let owner = serde_json::to_vec(&Owner::me()).unwrap_or_default();
@@ -105,19 +102,16 @@ impl Claims {
 /// Whether the claim's owner is provably gone: on this host its pid no longer
 /// exists; elsewhere its heartbeat is older than the expiry.
 pub fn owner_is_dead(path: &Path) -> bool {
-    let Ok(meta) = std::fs::metadata(path) else { return false };
-    let stale = meta.modified().ok().and_then(|m| m.elapsed().ok()).is_some_and(|age| age > EXPIRY);
+    let Some(age) = lease::heartbeat_age(path) else { return false };
     let owner: Option<Owner> = std::fs::read(path).ok().and_then(|bytes| serde_json::from_slice(&bytes).ok());
-    match owner {
-        Some(owner) if owner.host == fsutil::host_name() => !fsutil::process_alive(owner.pid),
-        // Another host, or a claim being written right now: only the heartbeat can tell.
-        _ => stale,
-    }
+    !lease::holder_alive(owner.as_ref().map(|o| (o.host.as_str(), o.pid)), Some(age))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cache::lease::EXPIRY;
+    use std::time::SystemTime;
 
     #[test]
     fn live_claim_is_never_stolen_and_dead_one_is_taken_over() {

@@ -482,10 +482,9 @@ fn progress_ticker(build: &BuildLayout, spec: &Spec, fingerprint: &Fingerprint, 
 /// rewrites the manifest.
 pub fn mark_used(cache: &CacheLayout, short_fingerprint: &str) {
     let marker = cache.used_marker(short_fingerprint);
-    let result = fsutil::create_dir_all(&cache.used_dir()).and_then(|()| {
-        let file = std::fs::OpenOptions::new().create(true).truncate(false).write(true).open(&marker)?;
-        file.set_modified(SystemTime::now())
-    });
+    let result = fsutil::create_dir_all(&cache.used_dir())
+        .and_then(|()| std::fs::OpenOptions::new().create(true).truncate(false).write(true).open(&marker).map(drop))
+        .and_then(|()| fsutil::touch(&marker));
     if let Err(err) = result {
         tracing::warn!(path = %marker.display(), error = %err, "cannot record the entry's last use");
     }
