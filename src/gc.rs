@@ -180,7 +180,8 @@ pub fn collect_cache(cache: &CacheLayout, policy: &GcPolicy, dry_run: bool) -> i
     {
         remove_old_temporaries(&dir, dry_run, &mut report)?;
     }
-    relink_names(cache, &removed_entries, dry_run, &mut report)?;
+    let remaining: Vec<&EntryStatus> = ready.iter().filter(|e| !removed_entries.contains(&e.short)).collect();
+    relink_names(cache, &removed_entries, &remaining, dry_run, &mut report)?;
     Ok(report)
 }
 
@@ -224,12 +225,11 @@ fn remove_old_temporaries(dir: &Path, dry_run: bool, report: &mut GcReport) -> i
 fn relink_names(
     cache: &CacheLayout,
     removed: &HashSet<String>,
+    remaining: &[&EntryStatus],
     dry_run: bool,
     report: &mut GcReport,
 ) -> io::Result<()> {
     let Ok(links) = std::fs::read_dir(cache.by_name_dir()) else { return Ok(()) };
-    let remaining: Vec<EntryStatus> =
-        status::entries(cache).into_iter().filter(|e| e.state == "ready" && !removed.contains(&e.short)).collect();
     for link in links.flatten() {
         let name = link.file_name().to_string_lossy().into_owned();
         if name.starts_with('.') {
