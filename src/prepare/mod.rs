@@ -311,6 +311,9 @@ fn build_together<'a>(
     let fast_disabled = build.root().join("fast-path-disabled");
     let order = work_order(tasks.len());
     let mut tokenized_here = 0;
+    // Finished shards never change: each record is read once, not on every pass.
+    let mut known: Vec<Option<ShardRecord>> = vec![None; tasks.len()];
+    let mut known_kind = None;
     loop {
         if published(cache, fingerprint)?.is_some() {
             return Ok(Together::PublishedElsewhere { tokenized_here });
@@ -320,7 +323,12 @@ fn build_together<'a>(
         } else {
             EncoderKind::Tokenizers
         };
-        match run_claimed_shards(context, claims, tasks, &order, kind, pool) {
+        if known_kind != Some(kind) {
+            known.iter_mut().for_each(|record| *record = None);
+            known_kind = Some(kind);
+        }
+        let unfinished: Vec<usize> = order.iter().copied().filter(|&index| known[index].is_none()).collect();
+        match run_claimed_shards(context, claims, tasks, &unfinished, kind, pool) {
             Ok(count) => tokenized_here += count,
             Err(PrepareError::Shard(ShardError::FastPathMismatch { path, record })) => {
                 // Rare: the vocabulary looked equivalent but is not. Every shard of the
@@ -336,7 +344,10 @@ fn build_together<'a>(
             }
             Err(err) => return Err(err),
         }
-        let records: Option<Vec<ShardRecord>> = tasks.iter().map(|task| context.finished_record(task, kind)).collect();
+        for &index in &unfinished {
+            known[index] = context.finished_record(&tasks[index], kind);
+        }
+        let records: Option<Vec<ShardRecord>> = known.iter().cloned().collect();
         match records {
             Some(records) => {
                 if let Some(guard) =
