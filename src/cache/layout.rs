@@ -101,8 +101,9 @@ impl CacheLayout {
             ))),
             Err(err) if err.kind() == std::io::ErrorKind::NotFound => {
                 crate::fsutil::create_dir_all(&self.root)?;
-                // Several first writers may race: exclusive create, and any of them wins.
-                crate::fsutil::create_exclusive(&path, format!("{LAYOUT_VERSION}\n").as_bytes()).map(|_| ())
+                // Several first writers may race; they all write the same bytes, and an
+                // atomic write means no reader ever sees the file empty.
+                crate::fsutil::write_atomic(&path, format!("{LAYOUT_VERSION}\n").as_bytes())
             }
             Err(err) => Err(err),
         }
