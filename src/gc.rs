@@ -339,7 +339,7 @@ pub fn collect_destination(dest: &Path, policy: &GcPolicy, dry_run: bool) -> Res
     }
     report.remaining_bytes = staged.iter().map(|e| e.bytes).sum::<u64>() - report.freed_bytes;
     if !dry_run {
-        stage::copy::remove_stale_temps(&entries_dir);
+        stage::landing::remove_stale_temps(&entries_dir);
     }
     for link in std::fs::read_dir(dest.join("by-name")).into_iter().flatten().flatten() {
         if !link.path().exists() {

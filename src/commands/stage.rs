@@ -26,7 +26,7 @@ pub fn run(
 ) -> anyhow::Result<()> {
     let cache = CacheLayout::new(cache_root);
     let plan = if let (Some(src), Some(list)) = (&args.src, &args.files_from) {
-        stage::plan_drop_in(src, &read_list(list)?, &dest)?
+        stage::plan_drop_in(src, &read_list(list)?, &dest, threads)?
     } else if let Some(prefix) = &args.entry {
         stage::plan_entry(&cache, &find_entry(&cache, prefix)?, &dest)?
     } else {

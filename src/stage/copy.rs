@@ -1,23 +1,22 @@
 //! The copy engine: many files in flight (small files are bound by I/O latency,
 //! not CPU), largest first, big files split into chunks copied concurrently with
-//! `copy_file_range` (a read/write loop where the kernel refuses). Each file lands
-//! under a temporary name and is renamed over its destination, so a reader sees
-//! the old symlink or the whole file, never a part.
+//! `copy_file_range` (a read/write loop where the kernel refuses). Each file
+//! becomes visible only complete (see `landing`): a reader sees the old symlink
+//! or the whole file, never a part.
 
+use std::cell::RefCell;
 use std::fs::File;
 use std::io::{self, Read, Write};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 
-use crate::fsutil;
+use super::landing::Landing;
 
 /// Files above this size are split into chunks of this size.
 const CHUNK_BYTES: u64 = 64 << 20;
 const BUFFER_BYTES: usize = 1 << 20;
-/// Marks ferry's temporary files, so a resumed stage can remove them.
-pub const TEMP_MARK: &str = ".ferry-tmp-";
 
 #[derive(Debug, Clone)]
 pub struct CopyJob {
@@ -60,10 +59,9 @@ enum Unit {
 
 /// A big file being assembled from chunks.
 struct Chunked {
-    temp: PathBuf,
-    file: File,
+    landing: Landing,
     chunks_left: AtomicUsize,
-    failed: std::sync::atomic::AtomicBool,
+    failed: AtomicBool,
 }
 
 /// Copies every job with `threads` copies in flight; returns the failures (the
@@ -137,62 +135,65 @@ pub fn copy_all(jobs: &[CopyJob], threads: usize, verify: bool, counters: &CopyC
     failures.into_inner().unwrap_or_else(|e| e.into_inner())
 }
 
-/// A temporary file beside `dest`, created exclusively (never through a symlink).
-fn create_temp(dest: &Path) -> Result<(PathBuf, File), CopyError> {
-    let dir = dest.parent().unwrap_or(Path::new("."));
-    let name = dest.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-    let temp = dir.join(format!(".{name}{TEMP_MARK}{}-{}", std::process::id(), fsutil::unique_suffix()));
-    let file = File::options().write(true).create_new(true).open(&temp).map_err(io_error("creating", &temp))?;
-    Ok((temp, file))
-}
-
-/// Renames the finished temporary file over the destination (its symlink).
-fn land(temp: &Path, file: &File, job: &CopyJob) -> Result<(), CopyError> {
-    let found = file.metadata().map_err(io_error("checking", temp))?.len();
+/// Opens a source and checks its size against the plan's before any byte is copied.
+fn open_source(job: &CopyJob) -> Result<File, CopyError> {
+    let source = File::open(&job.source).map_err(io_error("opening", &job.source))?;
+    let found = source.metadata().map_err(io_error("checking", &job.source))?.len();
     if found != job.size {
-        let _ = std::fs::remove_file(temp);
         return Err(CopyError::Size { path: job.source.clone(), expected: job.size, found });
     }
-    std::fs::rename(temp, &job.dest).map_err(|source| {
-        let _ = std::fs::remove_file(temp);
-        CopyError::Io { doing: "renaming into place", path: job.dest.clone(), source }
-    })
+    Ok(source)
 }
 
 fn copy_whole(job: &CopyJob, verify: bool, counters: &CopyCounters) -> Result<(), CopyError> {
-    let mut source = File::open(&job.source).map_err(io_error("opening", &job.source))?;
-    let (temp, mut dest) = create_temp(&job.dest)?;
+    let mut source = open_source(job)?;
+    let mut landing = Landing::create(&job.dest).map_err(io_error("creating", &job.dest))?;
     let result = if verify {
-        copy_hashing(&mut source, &mut dest, job, counters)
+        copy_hashing(&mut source, &mut landing.file, job, counters)
     } else {
-        // std's File-to-File copy uses copy_file_range, falling back to read/write.
-        io::copy(&mut source, &mut dest)
-            .map(|n| {
-                counters.bytes_done.fetch_add(n, Ordering::Relaxed);
-            })
-            .map_err(io_error("copying", &job.source))
+        copy_range(&source, &landing.file, 0, job.size, job, counters)
     };
     match result {
-        Ok(()) => land(&temp, &dest, job),
+        Ok(()) => landing.land(&job.dest).map_err(io_error("landing", &job.dest)),
         Err(err) => {
-            let _ = std::fs::remove_file(&temp);
+            landing.discard();
             Err(err)
         }
     }
 }
 
+thread_local! {
+    /// One copy buffer per worker, for the read/write paths (a network filesystem
+    /// to a local disk is the common case, and `copy_file_range` refuses it).
+    static BUFFER: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+}
+
+fn with_buffer<T>(work: impl FnOnce(&mut [u8]) -> T) -> T {
+    BUFFER.with_borrow_mut(|buffer| {
+        buffer.resize(BUFFER_BYTES, 0);
+        work(buffer)
+    })
+}
+
 /// Copies through a buffer, hashing on the way: verification without a second read.
 fn copy_hashing(source: &mut File, dest: &mut File, job: &CopyJob, counters: &CopyCounters) -> Result<(), CopyError> {
     let mut hasher = blake3::Hasher::new();
-    let mut buffer = vec![0u8; BUFFER_BYTES];
-    loop {
-        let n = source.read(&mut buffer).map_err(io_error("reading", &job.source))?;
-        if n == 0 {
-            break;
+    let mut copied = 0u64;
+    with_buffer(|buffer| {
+        loop {
+            let n = source.read(buffer).map_err(io_error("reading", &job.source))?;
+            if n == 0 {
+                break;
+            }
+            hasher.update(&buffer[..n]);
+            dest.write_all(&buffer[..n]).map_err(io_error("writing", &job.dest))?;
+            copied += n as u64;
+            counters.bytes_done.fetch_add(n as u64, Ordering::Relaxed);
         }
-        hasher.update(&buffer[..n]);
-        dest.write_all(&buffer[..n]).map_err(io_error("writing", &job.dest))?;
-        counters.bytes_done.fetch_add(n as u64, Ordering::Relaxed);
+        Ok(())
+    })?;
+    if copied != job.size {
+        return Err(CopyError::Size { path: job.source.clone(), expected: job.size, found: copied });
     }
     let found = hasher.finalize().to_hex().to_string();
     match &job.blake3 {
@@ -204,19 +205,38 @@ fn copy_hashing(source: &mut File, dest: &mut File, job: &CopyJob, counters: &Co
 }
 
 fn prepare_chunked(job: &CopyJob) -> Result<Chunked, CopyError> {
-    let (temp, file) = create_temp(&job.dest)?;
-    file.set_len(job.size).map_err(io_error("sizing", &temp))?;
-    Ok(Chunked { temp, file, chunks_left: AtomicUsize::new(0), failed: Default::default() })
+    drop(open_source(job)?);
+    let landing = Landing::create(&job.dest).map_err(io_error("creating", &job.dest))?;
+    if let Err(err) = landing.file.set_len(job.size) {
+        landing.discard();
+        return Err(CopyError::Io { doing: "sizing", path: job.dest.clone(), source: err });
+    }
+    Ok(Chunked { landing, chunks_left: AtomicUsize::new(0), failed: Default::default() })
 }
 
 fn copy_chunk(job: &CopyJob, state: &Chunked, offset: u64, len: u64, counters: &CopyCounters) -> Result<(), CopyError> {
     let source = File::open(&job.source).map_err(io_error("opening", &job.source))?;
+    copy_range(&source, &state.landing.file, offset, offset + len, job, counters)
+}
+
+/// Whether `copy_file_range` worked for this pair of filesystems; after the first
+/// refusal every copy goes straight to the read/write loop.
+static IN_KERNEL_COPY: AtomicBool = AtomicBool::new(true);
+
+/// Copies bytes `offset..end` of `source` to the same place in `dest`, in the
+/// kernel where it allows, else through a buffer.
+fn copy_range(
+    source: &File,
+    dest: &File,
+    offset: u64,
+    end: u64,
+    job: &CopyJob,
+    counters: &CopyCounters,
+) -> Result<(), CopyError> {
     let (mut source_offset, mut dest_offset) = (offset, offset);
-    let end = offset + len;
-    while source_offset < end {
+    while source_offset < end && IN_KERNEL_COPY.load(Ordering::Relaxed) {
         let want = (end - source_offset) as usize;
-        match rustix::fs::copy_file_range(&source, Some(&mut source_offset), &state.file, Some(&mut dest_offset), want)
-        {
+        match rustix::fs::copy_file_range(source, Some(&mut source_offset), dest, Some(&mut dest_offset), want) {
             Ok(0) => {
                 return Err(CopyError::Size { path: job.source.clone(), expected: job.size, found: source_offset });
             }
@@ -228,13 +248,14 @@ fn copy_chunk(job: &CopyJob, state: &Chunked, offset: u64, len: u64, counters: &
                 | rustix::io::Errno::NOSYS
                 | rustix::io::Errno::OPNOTSUPP
                 | rustix::io::Errno::INVAL,
-            ) => {
-                return copy_range_by_buffer(&source, &state.file, source_offset, end, job, counters);
-            }
+            ) => IN_KERNEL_COPY.store(false, Ordering::Relaxed),
             Err(errno) => {
                 return Err(CopyError::Io { doing: "copying", path: job.source.clone(), source: errno.into() });
             }
         }
+    }
+    if source_offset < end {
+        copy_range_by_buffer(source, dest, source_offset, end, job, counters)?;
     }
     Ok(())
 }
@@ -247,37 +268,32 @@ fn copy_range_by_buffer(
     job: &CopyJob,
     counters: &CopyCounters,
 ) -> Result<(), CopyError> {
-    let mut buffer = vec![0u8; BUFFER_BYTES];
-    while offset < end {
-        let want = BUFFER_BYTES.min((end - offset) as usize);
-        let n = source.read_at(&mut buffer[..want], offset).map_err(io_error("reading", &job.source))?;
-        if n == 0 {
-            return Err(CopyError::Size { path: job.source.clone(), expected: job.size, found: offset });
+    with_buffer(|buffer| {
+        while offset < end {
+            let want = buffer.len().min((end - offset) as usize);
+            let n = source.read_at(&mut buffer[..want], offset).map_err(io_error("reading", &job.source))?;
+            if n == 0 {
+                return Err(CopyError::Size { path: job.source.clone(), expected: job.size, found: offset });
+            }
+            dest.write_all_at(&buffer[..n], offset).map_err(io_error("writing", &job.dest))?;
+            counters.bytes_done.fetch_add(n as u64, Ordering::Relaxed);
+            offset += n as u64;
         }
-        dest.write_all_at(&buffer[..n], offset).map_err(io_error("writing", &job.dest))?;
-        counters.bytes_done.fetch_add(n as u64, Ordering::Relaxed);
-        offset += n as u64;
-    }
-    Ok(())
+        Ok(())
+    })
 }
 
 /// Lands a chunked file once its last chunk is done; `Err(None)` when a chunk
 /// already reported its failure.
 fn finish_chunked(job: &CopyJob, state: &Chunked) -> Result<(), Option<CopyError>> {
     if state.failed.load(Ordering::Relaxed) {
-        let _ = std::fs::remove_file(&state.temp);
+        state.landing.discard();
         return Err(None);
     }
-    land(&state.temp, &state.file, job).map_err(Some)
-}
-
-/// Removes temporary files a killed stage left in `dir` and below.
-pub fn remove_stale_temps(dir: &Path) {
-    for entry in walkdir::WalkDir::new(dir).follow_links(false).into_iter().flatten() {
-        if entry.file_type().is_file() && entry.file_name().to_string_lossy().contains(TEMP_MARK) {
-            let _ = std::fs::remove_file(entry.path());
-        }
-    }
+    state
+        .landing
+        .land(&job.dest)
+        .map_err(|source| Some(CopyError::Io { doing: "landing", path: job.dest.clone(), source }))
 }
 
 #[cfg(test)]

@@ -7,6 +7,7 @@
 //! files complete and copy nothing.
 
 pub mod copy;
+pub mod landing;
 pub mod mirror;
 pub mod state;
 
@@ -138,8 +139,10 @@ pub fn plan_entry(cache: &CacheLayout, manifest: &Manifest, dest: &Path) -> Resu
     })
 }
 
-/// The plan for drop-in mode: `list` holds relative paths inside `src`, one per line.
-pub fn plan_drop_in(src: &Path, list: &str, dest: &Path) -> Result<StagePlan, StageError> {
+/// The plan for drop-in mode: `list` holds relative paths inside `src`, one per
+/// line. The listed files are looked up `threads` at a time, since each lookup
+/// may wait on a network filesystem.
+pub fn plan_drop_in(src: &Path, list: &str, dest: &Path, threads: usize) -> Result<StagePlan, StageError> {
     let src = absolute(src);
     let mut listed = Vec::new();
     for (index, line) in list.lines().enumerate() {
@@ -153,19 +156,24 @@ pub fn plan_drop_in(src: &Path, list: &str, dest: &Path) -> Result<StagePlan, St
         }
         listed.push((index + 1, relative));
     }
-    // Many stats: in parallel, since each may wait on a network filesystem.
-    let files = listed
-        .par_iter()
-        .map(|&(line, relative)| {
-            let source = src.join(relative);
-            match std::fs::metadata(&source) {
-                Ok(meta) if meta.is_file() => {
-                    Ok(PlannedFile { relative: relative.to_string(), size: meta.len(), blake3: None })
+    let look_up = || {
+        listed
+            .par_iter()
+            .map(|&(line, relative)| {
+                let source = src.join(relative);
+                match std::fs::metadata(&source) {
+                    Ok(meta) if meta.is_file() => {
+                        Ok(PlannedFile { relative: relative.to_string(), size: meta.len(), blake3: None })
+                    }
+                    _ => Err(StageError::NotAFile { line, path: source }),
                 }
-                _ => Err(StageError::NotAFile { line, path: source }),
-            }
-        })
-        .collect::<Result<Vec<_>, _>>()?;
+            })
+            .collect::<Result<Vec<_>, _>>()
+    };
+    let files = match rayon::ThreadPoolBuilder::new().num_threads(threads.max(1)).build() {
+        Ok(pool) => pool.install(look_up)?,
+        Err(_) => look_up()?,
+    };
     if files.is_empty() {
         return Err(StageError::EmptyList);
     }
@@ -357,7 +365,7 @@ fn stage_locked(
     let dest = &options.dest;
     // Only a run that did not finish leaves temporaries behind.
     if !previous_done {
-        copy::remove_stale_temps(&plan.dest_root);
+        landing::remove_stale_temps(&plan.dest_root);
     }
     let pending = pending_files(plan, options.verify);
     tracing::debug!(seconds = started.elapsed().as_secs_f64(), pending = pending.len(), "pending files found");
