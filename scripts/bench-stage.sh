@@ -59,7 +59,7 @@ recipe() { # src list: symlink mirror, then one cp per listed file, cores at a t
 
 # This VM's speed varies from run to run: every tool runs once per round, in a
 # rotating order, and the best of the rounds is kept.
-rounds=${BENCH_ROUNDS:-3}
+rounds=${BENCH_ROUNDS:-5}
 for round in $(seq 1 "$rounds"); do
   for set in small large; do
     src="$work/$set"; list="$src.list"
