@@ -9,10 +9,14 @@ mod stage;
 mod status;
 mod verify;
 
-use crate::cli::{Cli, Command};
-use crate::progress::ProgressMode;
 use std::path::PathBuf;
 
+use anyhow::{Context, bail};
+
+use crate::cache::layout::CacheLayout;
+use crate::cache::manifest::Manifest;
+use crate::cli::{Cli, Command};
+use crate::progress::ProgressMode;
 use crate::settings::Settings;
 
 pub fn run(cli: Cli) -> anyhow::Result<()> {
@@ -100,3 +104,22 @@ pub fn exit_code(err: &anyhow::Error) -> u8 {
 #[derive(Debug, thiserror::Error)]
 #[error("{0}")]
 pub struct UserError(pub String);
+
+/// The published entry whose fingerprint starts with `prefix`.
+pub fn find_entry(cache: &CacheLayout, prefix: &str) -> anyhow::Result<Manifest> {
+    let prefix = prefix.to_ascii_lowercase();
+    let entries = std::fs::read_dir(cache.entries_dir())
+        .with_context(|| format!("listing the entries of {}", cache.root().display()))?;
+    let matches: Vec<String> = entries
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|name| !prefix.is_empty() && (name.starts_with(&prefix) || prefix.starts_with(name.as_str())))
+        .collect();
+    match matches.as_slice() {
+        [one] => Ok(Manifest::load(&cache.entry(one).manifest())?),
+        [] => bail!(UserError(format!("no entry {prefix} in {}; `ferry status` lists them", cache.root().display()))),
+        many => {
+            bail!(UserError(format!("{prefix} matches {} entries ({}); give more digits", many.len(), many.join(", "))))
+        }
+    }
+}

@@ -9,7 +9,6 @@ use anyhow::{Context, bail};
 
 use super::UserError;
 use crate::cache::layout::CacheLayout;
-use crate::cache::manifest::Manifest;
 use crate::cli::StageArgs;
 use crate::prepare;
 use crate::progress::ProgressMode;
@@ -28,7 +27,7 @@ pub fn run(
     let plan = if let (Some(src), Some(list)) = (&args.src, &args.files_from) {
         stage::plan_drop_in(src, &read_list(list)?, &dest, threads)?
     } else if let Some(prefix) = &args.entry {
-        stage::plan_entry(&cache, &find_entry(&cache, prefix)?, &dest)?
+        stage::plan_entry(&cache, &super::find_entry(&cache, prefix)?, &dest)?
     } else {
         let spec_path = args.spec.as_deref().context("a spec, --entry or --src is required")?;
         let spec = Spec::load(spec_path)?;
@@ -68,25 +67,6 @@ fn read_list(path: &Path) -> anyhow::Result<String> {
         text = fs_err::read_to_string(path)?;
     }
     Ok(text)
-}
-
-/// The published entry whose fingerprint starts with `prefix`.
-pub fn find_entry(cache: &CacheLayout, prefix: &str) -> anyhow::Result<Manifest> {
-    let prefix = prefix.to_ascii_lowercase();
-    let entries = std::fs::read_dir(cache.entries_dir())
-        .with_context(|| format!("listing the entries of {}", cache.root().display()))?;
-    let matches: Vec<String> = entries
-        .flatten()
-        .map(|e| e.file_name().to_string_lossy().into_owned())
-        .filter(|name| !prefix.is_empty() && (name.starts_with(&prefix) || prefix.starts_with(name.as_str())))
-        .collect();
-    match matches.as_slice() {
-        [one] => Ok(Manifest::load(&cache.entry(one).manifest())?),
-        [] => bail!(UserError(format!("no entry {prefix} in {}; `ferry status` lists them", cache.root().display()))),
-        many => {
-            bail!(UserError(format!("{prefix} matches {} entries ({}); give more digits", many.len(), many.join(", "))))
-        }
-    }
 }
 
 /// Mirrors now, then leaves the copy to a detached `ferry stage` that takes the

@@ -4,8 +4,7 @@ use std::path::Path;
 
 use anyhow::bail;
 
-use super::UserError;
-use super::stage::find_entry;
+use super::{UserError, find_entry};
 use crate::cache::layout::CacheLayout;
 use crate::cache::manifest::Manifest;
 use crate::verify::{self, VerifyReport};
