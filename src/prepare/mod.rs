@@ -101,7 +101,7 @@ pub fn locate(spec: &Spec, cache: &CacheLayout) -> Result<Located, PrepareError>
     let splits = inputs::resolve(spec)?;
     let memo = ContentHashMemo::new(cache.memo_dir());
     let hashes = inputs::content_hashes(&splits, &memo)?;
-    let tokenizer_identity = tokenizer::identity(spec)?;
+    let tokenizer_identity = tokenizer::identity(spec, &cache.memo_dir())?;
     let canonical = spec.canonical();
     let fingerprint =
         FingerprintInputs { canonical_spec: &canonical, tokenizer: &tokenizer_identity, splits: &hashes }.fingerprint();

@@ -6,10 +6,11 @@ mod bytelevel;
 mod fast;
 mod gpt2;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
+use crate::fsutil;
 use crate::spec::Spec;
 pub use fast::FastEncoder;
 pub use gpt2::builtin_tokenizer_json as builtin_gpt2_json;
@@ -78,17 +79,54 @@ fn parse(source_name: &str, json: &str) -> Result<tokenizers::Tokenizer, Tokeniz
 }
 
 /// The tokenizer's identity for the fingerprint: a hash of its canonical
-/// serialization, so formatting of the file does not matter.
-pub fn identity(spec: &Spec) -> Result<blake3::Hash, TokenizerError> {
+/// serialization, so formatting of the file does not matter. Parsing a large
+/// tokenizer takes a good part of a second and a cache hit runs at every job
+/// start, so the identity is memoized in `memo_dir`, keyed by the bytes it comes from.
+pub fn identity(spec: &Spec, memo_dir: &Path) -> Result<blake3::Hash, TokenizerError> {
     if spec.tokenizer.builtin.as_deref() == Some("gpt2") {
         // The embedded vocabulary only changes with ferry's FORMAT_VERSION.
         return Ok(blake3::hash(b"ferry builtin tokenizer gpt2 (tiktoken r50k_base)"));
+    }
+    let memo = identity_memo_key(spec).map(|key| memo_dir.join(key));
+    if let Some(memo) = &memo
+        && let Ok(text) = std::fs::read_to_string(memo)
+        && let Ok(identity) = blake3::Hash::from_hex(text.trim())
+    {
+        return Ok(identity);
     }
     let (source_name, json) = tokenizer_text(spec)?;
     let tokenizer = parse(&source_name, &json)?;
     let canonical =
         tokenizer.to_string(false).map_err(|err| TokenizerError::Load { source_name, message: err.to_string() })?;
-    Ok(blake3::hash(canonical.as_bytes()))
+    let identity = blake3::hash(canonical.as_bytes());
+    // A memo that cannot be written only costs a parse next time.
+    if let Some(memo) = &memo
+        && let Err(err) =
+            fsutil::create_dir_all(memo_dir).and_then(|()| fsutil::write_atomic(memo, identity.to_hex().as_bytes()))
+    {
+        tracing::warn!(path = %memo.display(), error = %err, "cannot write the tokenizer-identity memo");
+    }
+    Ok(identity)
+}
+
+/// The memo's name for the bytes of the tokenizer's files (`None` when one cannot
+/// be read: loading it will say why). The canonical form is what this build's
+/// `tokenizers` writes, so the key includes ferry's version.
+fn identity_memo_key(spec: &Spec) -> Option<String> {
+    let tokenizer = &spec.tokenizer;
+    let files: Vec<PathBuf> = match (&tokenizer.vocab, &tokenizer.merges, &tokenizer.path) {
+        (Some(vocab), Some(merges), _) => vec![spec.resolve(vocab), spec.resolve(merges)],
+        (_, _, path) => vec![spec.resolve(path.as_deref().unwrap_or_else(|| Path::new("tokenizer.json")))],
+    };
+    let mut hasher = blake3::Hasher::new();
+    hasher.update(b"ferry-tokenizer-identity\0");
+    hasher.update(env!("CARGO_PKG_VERSION").as_bytes());
+    for file in files {
+        let bytes = std::fs::read(file).ok()?;
+        hasher.update(&(bytes.len() as u64).to_le_bytes());
+        hasher.update(&bytes);
+    }
+    Some(format!("tokenizer-{}", &hasher.finalize().to_hex()[..32]))
 }
 
 /// Tokens to put around every document.
@@ -244,6 +282,33 @@ mod tests {
     fn gpt2_spec(extra: &str) -> Spec {
         let text = format!("name='t'\n[splits]\ntrain='x'\n[tokenizer]\nbuiltin='gpt2'\n{extra}");
         Spec::parse(&text, Path::new("t.toml"), PathBuf::from(".")).unwrap()
+    }
+
+    #[test]
+    fn identity_is_memoized_by_file_bytes_and_ignores_formatting() {
+        let dir = tempfile::tempdir().unwrap();
+        let memo_dir = dir.path().join("memo");
+        let spec_for = |json: &str, name: &str| {
+            std::fs::write(dir.path().join(name), json).unwrap();
+            let text = format!("name='t'\n[splits]\ntrain='x'\n[tokenizer]\npath='{name}'\n");
+            Spec::parse(&text, &dir.path().join("t.toml"), dir.path().to_path_buf()).unwrap()
+        };
+        let compact = r#"{"version":"1.0","truncation":null,"padding":null,"added_tokens":[],"normalizer":null,"pre_tokenizer":{"type":"Whitespace"},"post_processor":null,"decoder":null,"model":{"type":"WordLevel","vocab":{"a":0,"b":1,"[UNK]":2},"unk_token":"[UNK]"}}"#;
+        let value: Value = serde_json::from_str(compact).unwrap();
+        let pretty = serde_json::to_string_pretty(&value).unwrap();
+
+        let first = identity(&spec_for(compact, "compact.json"), &memo_dir).unwrap();
+        assert_eq!(identity(&spec_for(&pretty, "pretty.json"), &memo_dir).unwrap(), first);
+        assert_eq!(std::fs::read_dir(&memo_dir).unwrap().count(), 2, "one memo per distinct file");
+
+        // A memo that says otherwise is believed: the second call parsed nothing.
+        let memo = memo_dir.join(identity_memo_key(&spec_for(compact, "compact.json")).unwrap());
+        let planted = blake3::hash(b"planted");
+        std::fs::write(&memo, planted.to_hex().as_bytes()).unwrap();
+        assert_eq!(identity(&spec_for(compact, "compact.json"), &memo_dir).unwrap(), planted);
+
+        let changed = compact.replace(r#""b":1"#, r#""c":1"#);
+        assert_ne!(identity(&spec_for(&changed, "compact.json"), &memo_dir).unwrap(), first);
     }
 
     #[test]
