@@ -157,18 +157,23 @@ mod tests {
 
     #[test]
     fn landing_replaces_a_symlink_and_never_writes_through_it() {
-        let dir = tempfile::tempdir().unwrap();
-        let shared = dir.path().join("shared");
-        std::fs::write(&shared, b"shared copy").unwrap();
-        let dest = dir.path().join("data.arrow");
-        std::os::unix::fs::symlink(&shared, &dest).unwrap();
-        let mut landing = Landing::create(&dest).unwrap();
-        landing.file.write_all(b"local copy").unwrap();
-        landing.land(&dest).unwrap();
-        assert!(dest.symlink_metadata().unwrap().file_type().is_file());
-        assert_eq!(std::fs::read(&dest).unwrap(), b"local copy");
-        assert_eq!(std::fs::read(&shared).unwrap(), b"shared copy");
-        assert_eq!(names(dir.path()), ["data.arrow", "shared"]);
+        let creates: [fn(&Path) -> io::Result<Landing>; 2] = [Landing::create, Landing::create_named];
+        for create in creates {
+            let dir = tempfile::tempdir().unwrap();
+            let shared = dir.path().join("shared");
+            std::fs::write(&shared, b"shared copy").unwrap();
+            let dest = dir.path().join("data.arrow");
+            std::os::unix::fs::symlink(&shared, &dest).unwrap();
+            let mut landing = create(&dest).unwrap();
+            landing.file.write_all(b"local copy").unwrap();
+            let visible_while_writing = if landing.temp.is_some() { 3 } else { 2 };
+            assert_eq!(names(dir.path()).len(), visible_while_writing);
+            landing.land(&dest).unwrap();
+            assert!(dest.symlink_metadata().unwrap().file_type().is_file());
+            assert_eq!(std::fs::read(&dest).unwrap(), b"local copy");
+            assert_eq!(std::fs::read(&shared).unwrap(), b"shared copy");
+            assert_eq!(names(dir.path()), ["data.arrow", "shared"], "no temporary name is left");
+        }
     }
 
     #[test]
@@ -195,21 +200,5 @@ mod tests {
             landing.discard();
         }
         assert!(names(dir.path()).is_empty());
-    }
-
-    #[test]
-    fn a_named_landing_replaces_a_symlink_and_leaves_no_temporary_name() {
-        let dir = tempfile::tempdir().unwrap();
-        let shared = dir.path().join("shared");
-        std::fs::write(&shared, b"shared copy").unwrap();
-        let dest = dir.path().join("data.arrow");
-        std::os::unix::fs::symlink(&shared, &dest).unwrap();
-        let mut landing = Landing::create_named(&dest).unwrap();
-        landing.file.write_all(b"local copy").unwrap();
-        assert_eq!(names(dir.path()).len(), 3, "the temporary name is visible while writing");
-        landing.land(&dest).unwrap();
-        assert_eq!(std::fs::read(&dest).unwrap(), b"local copy");
-        assert_eq!(std::fs::read(&shared).unwrap(), b"shared copy");
-        assert_eq!(names(dir.path()), ["data.arrow", "shared"]);
     }
 }
