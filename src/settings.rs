@@ -97,6 +97,11 @@ fn env(name: &str) -> Option<String> {
     std::env::var(name).ok().filter(|v| !v.trim().is_empty())
 }
 
+/// A count of at least one; zero means "not set".
+fn positive(count: Option<usize>) -> Option<usize> {
+    count.filter(|n| *n > 0)
+}
+
 fn expand(text: &str) -> Option<PathBuf> {
     shellexpand::full(text).ok().map(|expanded| PathBuf::from(expanded.as_ref()))
 }
@@ -121,68 +126,76 @@ impl Settings {
         self.config_path.as_deref()
     }
 
-    pub fn cache(&self, flag: Option<PathBuf>) -> Setting<PathBuf> {
+    /// The first of: the flag, the environment variables in order (each read by
+    /// `from_env`, which may refuse a value), the config file's value.
+    fn first<T>(
+        &self,
+        flag: Option<T>,
+        flag_name: &str,
+        env_names: &[&str],
+        from_env: impl Fn(&str, String) -> Option<T>,
+        configured: Option<T>,
+    ) -> Option<Setting<T>> {
         if let Some(value) = flag {
-            return Setting { value, source: Source::Flag("--cache".into()) };
+            return Some(Setting { value, source: Source::Flag(flag_name.into()) });
         }
-        if let Some(value) = env("FERRY_CACHE") {
-            return Setting { value: value.into(), source: Source::Env("FERRY_CACHE".into()) };
+        for name in env_names {
+            if let Some(value) = env(name).and_then(|text| from_env(name, text)) {
+                return Some(Setting { value, source: Source::Env((*name).into()) });
+            }
         }
-        if let Some(value) = self.config.cache.as_deref().and_then(expand) {
-            return Setting { value, source: self.config_source() };
-        }
-        if let Some(scratch) = env("SCRATCH") {
-            return Setting { value: Path::new(&scratch).join("ferry"), source: Source::Env("SCRATCH".into()) };
-        }
-        let home = env("HOME").map_or_else(|| PathBuf::from("."), PathBuf::from);
-        Setting { value: home.join(".cache").join("ferry"), source: Source::Default }
+        configured.map(|value| Setting { value, source: self.config_source() })
+    }
+
+    pub fn cache(&self, flag: Option<PathBuf>) -> Setting<PathBuf> {
+        let configured = self.config.cache.as_deref().and_then(expand);
+        self.first(flag, "--cache", &["FERRY_CACHE"], |_, text| Some(text.into()), configured).unwrap_or_else(|| {
+            if let Some(scratch) = env("SCRATCH") {
+                return Setting { value: Path::new(&scratch).join("ferry"), source: Source::Env("SCRATCH".into()) };
+            }
+            let home = env("HOME").map_or_else(|| PathBuf::from("."), PathBuf::from);
+            Setting { value: home.join(".cache").join("ferry"), source: Source::Default }
+        })
     }
 
     pub fn dest(&self, flag: Option<PathBuf>) -> Option<Setting<PathBuf>> {
-        if let Some(value) = flag {
-            return Some(Setting { value, source: Source::Flag("--dest".into()) });
-        }
-        if let Some(value) = env("FERRY_DEST") {
-            return Some(Setting { value: value.into(), source: Source::Env("FERRY_DEST".into()) });
-        }
-        if let Some(tmpdir) = env("SLURM_TMPDIR") {
-            return Some(Setting {
-                value: Path::new(&tmpdir).join("ferry"),
-                source: Source::Env("SLURM_TMPDIR".into()),
-            });
-        }
-        self.config.dest.as_deref().and_then(expand).map(|value| Setting { value, source: self.config_source() })
+        let from_env = |name: &str, text: String| {
+            Some(if name == "SLURM_TMPDIR" { Path::new(&text).join("ferry") } else { text.into() })
+        };
+        let configured = self.config.dest.as_deref().and_then(expand);
+        self.first(flag, "--dest", &["FERRY_DEST", "SLURM_TMPDIR"], from_env, configured)
     }
 
     /// Tokenizer workers for `prepare`.
     pub fn workers(&self, flag: Option<usize>) -> Setting<usize> {
-        if let Some(value) = flag.filter(|n| *n > 0) {
-            return Setting { value, source: Source::Flag("--jobs".into()) };
-        }
-        for name in ["FERRY_JOBS", "SLURM_CPUS_PER_TASK"] {
-            if let Some(value) = env(name).and_then(|v| v.trim().parse().ok()).filter(|n: &usize| *n > 0) {
-                return Setting { value, source: Source::Env(name.into()) };
-            }
-        }
-        if let Some(value) = self.config.jobs.filter(|n| *n > 0) {
-            return Setting { value, source: self.config_source() };
-        }
-        Setting { value: std::thread::available_parallelism().map_or(1, |n| n.get()), source: Source::Default }
+        let envs = ["FERRY_JOBS", "SLURM_CPUS_PER_TASK"];
+        self.first(
+            positive(flag),
+            "--jobs",
+            &envs,
+            |_, text| positive(text.trim().parse().ok()),
+            positive(self.config.jobs),
+        )
+        .unwrap_or_else(|| Setting {
+            value: std::thread::available_parallelism().map_or(1, |n| n.get()),
+            source: Source::Default,
+        })
     }
 
     /// Copies in flight for `stage`: staging is bound by I/O latency, so several per core.
     pub fn stage_threads(&self, flag: Option<usize>) -> Setting<usize> {
-        if let Some(value) = flag.filter(|n| *n > 0) {
-            return Setting { value, source: Source::Flag("--jobs".into()) };
-        }
-        if let Some(value) = env("FERRY_STAGE_JOBS").and_then(|v| v.trim().parse().ok()).filter(|n: &usize| *n > 0) {
-            return Setting { value, source: Source::Env("FERRY_STAGE_JOBS".into()) };
-        }
-        if let Some(value) = self.config.stage_jobs.filter(|n| *n > 0) {
-            return Setting { value, source: self.config_source() };
-        }
-        let per_core = self.workers(None);
-        Setting { value: (per_core.value * 16).clamp(16, 64), source: per_core.source }
+        let configured = positive(self.config.stage_jobs);
+        self.first(
+            positive(flag),
+            "--jobs",
+            &["FERRY_STAGE_JOBS"],
+            |_, text| positive(text.trim().parse().ok()),
+            configured,
+        )
+        .unwrap_or_else(|| {
+            let per_core = self.workers(None);
+            Setting { value: (per_core.value * 16).clamp(16, 64), source: per_core.source }
+        })
     }
 
     /// The gc policy: each bound from its flag, `FERRY_GC_*`, or the config's `[gc]`.
@@ -194,67 +207,59 @@ impl Settings {
     ) -> Result<GcPolicy, ConfigError> {
         let invalid =
             |message: String| ConfigError::Invalid { path: self.config_path.clone().unwrap_or_default(), message };
-        let size_text = env("FERRY_GC_MAX_SIZE").or_else(|| self.config.gc.max_size.clone());
-        let age_text = env("FERRY_GC_MAX_AGE").or_else(|| self.config.gc.max_age.clone());
+        let [size_text, age_text, keep_setting] = self.gc_bounds();
         let max_size = match (max_size, size_text) {
             (Some(size), _) => Some(size),
-            (None, Some(text)) => {
+            (None, Some(Setting { value: text, .. })) => {
                 Some(parse_size::parse_size(&text).map_err(|e| invalid(format!("gc.max_size {text:?}: {e}")))?)
             }
             (None, None) => None,
         };
         let max_age = match (max_age, age_text) {
             (Some(age), _) => Some(age),
-            (None, Some(text)) => {
+            (None, Some(Setting { value: text, .. })) => {
                 Some(humantime::parse_duration(&text).map_err(|e| invalid(format!("gc.max_age {text:?}: {e}")))?)
             }
             (None, None) => None,
         };
-        let keep = keep.or_else(|| env("FERRY_GC_KEEP").and_then(|v| v.parse().ok())).or(self.config.gc.keep);
+        let keep = keep.or_else(|| keep_setting.and_then(|s| s.value.parse().ok()));
         Ok(GcPolicy { max_size, max_age, keep })
     }
 
     /// Where each gc bound (max_size, max_age, keep) comes from when no flag is given.
     pub fn gc_sources(&self) -> [Source; 3] {
-        let source = |name: &str, configured: bool| match (env(name), configured) {
-            (Some(_), _) => Source::Env(name.into()),
-            (None, true) => self.config_source(),
-            (None, false) => Source::Default,
-        };
+        self.gc_bounds().map(|bound| bound.map_or(Source::Default, |setting| setting.source))
+    }
+
+    /// Each gc bound's text from `FERRY_GC_*` or the config's `[gc]` (an unparsable
+    /// `FERRY_GC_KEEP` is ignored, as a count of zero is elsewhere).
+    fn gc_bounds(&self) -> [Option<Setting<String>>; 3] {
+        let gc = &self.config.gc;
+        let text =
+            |name: &str, configured: Option<String>| self.first(None, "", &[name], |_, text| Some(text), configured);
+        let keep_text = |_: &str, text: String| text.parse::<usize>().is_ok().then_some(text);
         [
-            source("FERRY_GC_MAX_SIZE", self.config.gc.max_size.is_some()),
-            source("FERRY_GC_MAX_AGE", self.config.gc.max_age.is_some()),
-            source("FERRY_GC_KEEP", self.config.gc.keep.is_some()),
+            text("FERRY_GC_MAX_SIZE", gc.max_size.clone()),
+            text("FERRY_GC_MAX_AGE", gc.max_age.clone()),
+            self.first(None, "", &["FERRY_GC_KEEP"], keep_text, gc.keep.map(|keep| keep.to_string())),
         ]
     }
 
     /// The daemon's socket: `--socket`, `$FERRY_SOCKET`, config, else `/run/ferry/ferry.sock` as
     /// root or `$XDG_RUNTIME_DIR/ferry.sock`.
     pub fn socket(&self, flag: Option<PathBuf>) -> Setting<PathBuf> {
-        if let Some(value) = flag {
-            return Setting { value, source: Source::Flag("--socket".into()) };
-        }
-        if let Some(value) = env("FERRY_SOCKET") {
-            return Setting { value: value.into(), source: Source::Env("FERRY_SOCKET".into()) };
-        }
-        if let Some(value) = self.config.daemon.socket.as_deref().and_then(expand) {
-            return Setting { value, source: self.config_source() };
-        }
-        let value = if rustix::process::getuid().is_root() {
-            PathBuf::from("/run/ferry/ferry.sock")
-        } else {
-            env("XDG_RUNTIME_DIR").map_or_else(std::env::temp_dir, PathBuf::from).join("ferry.sock")
-        };
-        Setting { value, source: Source::Default }
+        let configured = self.config.daemon.socket.as_deref().and_then(expand);
+        self.first(flag, "--socket", &["FERRY_SOCKET"], |_, text| Some(text.into()), configured).unwrap_or_else(|| {
+            let value = if rustix::process::getuid().is_root() {
+                PathBuf::from("/run/ferry/ferry.sock")
+            } else {
+                env("XDG_RUNTIME_DIR").map_or_else(std::env::temp_dir, PathBuf::from).join("ferry.sock")
+            };
+            Setting { value, source: Source::Default }
+        })
     }
 
     pub fn metrics(&self, flag: Option<String>) -> Option<Setting<String>> {
-        if let Some(value) = flag {
-            return Some(Setting { value, source: Source::Flag("--metrics".into()) });
-        }
-        if let Some(value) = env("FERRY_METRICS") {
-            return Some(Setting { value, source: Source::Env("FERRY_METRICS".into()) });
-        }
-        self.config.daemon.metrics.clone().map(|value| Setting { value, source: self.config_source() })
+        self.first(flag, "--metrics", &["FERRY_METRICS"], |_, text| Some(text), self.config.daemon.metrics.clone())
     }
 }
