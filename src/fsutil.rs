@@ -14,20 +14,22 @@ use fs_err as fs;
 /// Writes `bytes` to `path` so that readers see either the old file or the whole
 /// new one: a temporary file in the same directory, synced, then renamed.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> io::Result<()> {
-    let dir = parent_dir(path);
-    let mut file = temp_file_in(dir)?;
-    file.write_all(bytes)?;
-    file.as_file().sync_all()?;
-    file.persist(path).map_err(|err| err.error)?;
-    Ok(())
+    write_through_temp(path, bytes, true)
 }
 
 /// Like `write_atomic` but without `fsync`, for progress and state files that
 /// are rewritten every second: on ext4 (data=ordered) each fsync would wait for
 /// every dirty block of the filesystem, stalling the copies it reports on.
 pub fn write_atomic_unsynced(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    write_through_temp(path, bytes, false)
+}
+
+fn write_through_temp(path: &Path, bytes: &[u8], sync: bool) -> io::Result<()> {
     let mut file = temp_file_in(parent_dir(path))?;
     file.write_all(bytes)?;
+    if sync {
+        file.as_file().sync_all()?;
+    }
     file.persist(path).map_err(|err| err.error)?;
     Ok(())
 }
