@@ -38,8 +38,6 @@ pub enum StageError {
     Io { doing: &'static str, path: PathBuf, source: std::io::Error },
     #[error("{count} file(s) failed to stage into {dest}; first: {first}")]
     Copy { dest: PathBuf, count: usize, first: CopyError },
-    #[error("{path}: the cache has {found} bytes, the manifest says {expected}; run `ferry verify` on the entry")]
-    SourceSize { path: PathBuf, expected: u64, found: u64 },
     #[error("--files-from lists no file; refusing to guess (an empty list never means \"copy everything\")")]
     EmptyList,
     #[error("--files-from line {line}: {path:?} is not a relative path inside {src}")]
@@ -207,11 +205,7 @@ fn hash_file(path: &Path) -> std::io::Result<String> {
     Ok(hasher.finalize().to_hex().to_string())
 }
 
-/// Bytes still to copy, checked against the free space on the destination's filesystem.
-fn check_space(plan: &StagePlan, dest: &Path, verify: bool) -> Result<(), StageError> {
-    check_free(dest, plan.files.par_iter().filter(|f| !is_complete(plan, f, verify)).map(|f| f.size).sum())
-}
-
+/// Checks `needed` bytes against the free space on the destination's filesystem.
 fn check_free(dest: &Path, needed: u64) -> Result<(), StageError> {
     let mut probe = dest.to_path_buf();
     while !probe.exists() {
@@ -312,7 +306,8 @@ pub fn stage(plan: &StagePlan, options: &StageOptions) -> Result<StageReport, St
     let started = Instant::now();
     let dest = &options.dest;
     // Before creating anything: a full disk must leave nothing behind.
-    check_space(plan, dest, options.verify)?;
+    // By sizes only: hashing here would hash every staged file again under the lock.
+    check_free(dest, pending_files(plan, false).iter().map(|f| f.size).sum())?;
     // The lease comes first: a stager waiting for another one still needs the entry.
     let _lease = match &plan.kind {
         PlanKind::Entry { cache } => match Lease::acquire(cache, &plan.id, "stage") {
