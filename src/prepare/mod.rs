@@ -216,8 +216,9 @@ pub fn prepare(spec: &Spec, cache: &CacheLayout, options: &PrepareOptions) -> Re
     for record in records {
         by_split.entry(record.split.clone()).or_default().push(record);
     }
+    let mut split_counts: BTreeMap<String, Counts> = BTreeMap::new();
     for (split, shards) in &by_split {
-        let mut counts = Counts::default();
+        let counts = split_counts.entry(split.clone()).or_default();
         shards.iter().for_each(|record| counts.add(&record.counts));
         if counts.documents == 0 {
             return Err(PrepareError::EmptySplit {
@@ -233,10 +234,7 @@ pub fn prepare(spec: &Spec, cache: &CacheLayout, options: &PrepareOptions) -> Re
     let mut totals = Totals { bytes: files.iter().map(|f| f.size).sum(), ..Totals::default() };
     let mut splits = BTreeMap::new();
     for (split, split_inputs) in located.splits.iter().zip(&located.hashes) {
-        let mut counts = Counts::default();
-        for record in &by_split[&split.name] {
-            counts.add(&record.counts);
-        }
+        let counts = split_counts.remove(&split.name).unwrap_or_default();
         totals.counts.add(&counts);
         let inputs = split.files.iter().zip(&split_inputs.1).map(|(file, hash)| InputRecord::new(file, hash)).collect();
         splits.insert(split.name.clone(), SplitRecord { inputs, data_files: data_files[&split.name].clone(), counts });
@@ -493,9 +491,10 @@ fn progress_ticker(build: &BuildLayout, spec: &Spec, fingerprint: &Fingerprint, 
 /// rewrites the manifest.
 pub fn mark_used(cache: &CacheLayout, short_fingerprint: &str) {
     let marker = cache.used_marker(short_fingerprint);
-    let result = fsutil::create_dir_all(&cache.used_dir())
-        .and_then(|()| std::fs::OpenOptions::new().create(true).truncate(false).write(true).open(&marker).map(drop))
-        .and_then(|()| fsutil::touch(&marker));
+    let result = fsutil::create_dir_all(&cache.used_dir()).and_then(|()| {
+        let file = std::fs::OpenOptions::new().create(true).truncate(false).write(true).open(&marker)?;
+        file.set_modified(SystemTime::now())
+    });
     if let Err(err) = result {
         tracing::warn!(path = %marker.display(), error = %err, "cannot record the entry's last use");
     }
