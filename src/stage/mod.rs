@@ -75,6 +75,13 @@ pub struct PlannedFile {
     pub blake3: Option<String>,
 }
 
+impl PlannedFile {
+    /// The directory it sits in, relative like the file.
+    fn parent(&self) -> &Path {
+        Path::new(&self.relative).parent().unwrap_or(Path::new(""))
+    }
+}
+
 /// What to stage.
 pub struct StagePlan {
     /// Short fingerprint, or `dropin-<hash>`.
@@ -278,9 +285,13 @@ pub fn build_mirror(plan: &StagePlan, dest: &Path, link: &[&str]) -> Result<(), 
     mirror::link_files(&plan.source_root, &plan.dest_root, link).map_err(StageError::io("mirroring into", dest))
 }
 
-/// The plan's files not yet complete in the destination.
+/// The plan's files not yet complete in the destination. A file whose directory
+/// is not there yet is pending without a lookup of its own: on a fresh
+/// destination that is one lookup per directory instead of one per file.
 pub fn pending_files(plan: &StagePlan, verify: bool) -> Vec<&PlannedFile> {
-    plan.files.par_iter().filter(|f| !is_complete(plan, f, verify)).collect()
+    let parents: HashSet<&Path> = plan.files.iter().map(PlannedFile::parent).collect();
+    let present: HashSet<&Path> = parents.into_par_iter().filter(|dir| plan.dest_root.join(dir).is_dir()).collect();
+    plan.files.par_iter().filter(|f| !(present.contains(f.parent()) && is_complete(plan, f, verify))).collect()
 }
 
 /// Drop-in mode: every file of `src` but the `listed` ones as a symlink
