@@ -1,7 +1,8 @@
 //! Memo of input content hashes keyed by (absolute path, size, mtime), so a cache
-//! hit costs one `stat` per input and never a read of its bytes.
+//! hit costs one `stat` per input and never a read of its bytes; `memoized_hash`
+//! serves other memos in the same directory (tokenizer identities).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use crate::fsutil;
 use crate::inputs::{InputError, InputFile};
@@ -17,21 +18,30 @@ impl ContentHashMemo {
 
     /// The blake3 of the file's bytes, from the memo or computed and memoized.
     pub fn content_hash(&self, file: &InputFile) -> Result<blake3::Hash, InputError> {
-        let memo_path = self.dir.join(memo_key(file));
-        if let Ok(text) = std::fs::read_to_string(&memo_path)
-            && let Ok(hash) = blake3::Hash::from_hex(text.trim())
-        {
-            return Ok(hash);
-        }
-        let hash = hash_file(file)?;
-        // A memo that cannot be written only costs a re-hash next time.
-        if let Err(err) =
-            fsutil::create_dir_all(&self.dir).and_then(|()| fsutil::write_atomic(&memo_path, hash.to_hex().as_bytes()))
-        {
-            tracing::warn!(path = %memo_path.display(), error = %err, "cannot write the content-hash memo");
-        }
-        Ok(hash)
+        memoized_hash(&self.dir, &memo_key(file), || hash_file(file))
     }
+}
+
+/// The hash memoized in `dir` under `key`, else `compute`'s, written down for
+/// next time. A memo that cannot be written only costs computing it again.
+pub fn memoized_hash<E>(
+    dir: &Path,
+    key: &str,
+    compute: impl FnOnce() -> Result<blake3::Hash, E>,
+) -> Result<blake3::Hash, E> {
+    let memo_path = dir.join(key);
+    if let Ok(text) = std::fs::read_to_string(&memo_path)
+        && let Ok(hash) = blake3::Hash::from_hex(text.trim())
+    {
+        return Ok(hash);
+    }
+    let hash = compute()?;
+    if let Err(err) =
+        fsutil::create_dir_all(dir).and_then(|()| fsutil::write_atomic(&memo_path, hash.to_hex().as_bytes()))
+    {
+        tracing::warn!(path = %memo_path.display(), error = %err, "cannot write a memo");
+    }
+    Ok(hash)
 }
 
 fn memo_key(file: &InputFile) -> String {

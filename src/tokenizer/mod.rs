@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
-use crate::fsutil;
+use crate::cache::memo::memoized_hash;
 use crate::spec::Spec;
 pub use fast::FastEncoder;
 pub use gpt2::builtin_tokenizer_json as builtin_gpt2_json;
@@ -58,19 +58,36 @@ fn tokenizer_text(spec: &Spec) -> Result<(String, String), TokenizerError> {
             .map_err(|message| TokenizerError::Load { source_name: "builtin gpt2".into(), message })?;
         return Ok(("builtin gpt2".into(), json.to_string()));
     }
-    if let (Some(vocab), Some(merges)) = (&tokenizer.vocab, &tokenizer.merges) {
-        let (vocab, merges) = (spec.resolve(vocab), spec.resolve(merges));
-        let source_name = format!("{} + {}", vocab.display(), merges.display());
-        let json = gpt2::tokenizer_json_from_files(&vocab, &merges)
-            .map_err(|message| TokenizerError::Load { source_name: source_name.clone(), message })?;
-        return Ok((source_name, json));
+    match tokenizer_files(spec) {
+        TokenizerFiles::VocabMerges(vocab, merges) => {
+            let source_name = format!("{} + {}", vocab.display(), merges.display());
+            let json = gpt2::tokenizer_json_from_files(&vocab, &merges)
+                .map_err(|message| TokenizerError::Load { source_name: source_name.clone(), message })?;
+            Ok((source_name, json))
+        }
+        TokenizerFiles::Json(path) => {
+            let source_name = path.display().to_string();
+            let json = fs_err::read_to_string(&path)
+                .map_err(|err| TokenizerError::Load { source_name: source_name.clone(), message: err.to_string() })?;
+            Ok((source_name, json))
+        }
     }
-    let path: PathBuf =
-        spec.resolve(tokenizer.path.as_deref().unwrap_or_else(|| std::path::Path::new("tokenizer.json")));
-    let source_name = path.display().to_string();
-    let json = fs_err::read_to_string(&path)
-        .map_err(|err| TokenizerError::Load { source_name: source_name.clone(), message: err.to_string() })?;
-    Ok((source_name, json))
+}
+
+/// Where a tokenizer given by files is, resolved against the spec.
+enum TokenizerFiles {
+    /// GPT-2's `vocab.json` + `merges.txt`.
+    VocabMerges(PathBuf, PathBuf),
+    /// A Hugging Face `tokenizer.json`.
+    Json(PathBuf),
+}
+
+fn tokenizer_files(spec: &Spec) -> TokenizerFiles {
+    let tokenizer = &spec.tokenizer;
+    match (&tokenizer.vocab, &tokenizer.merges) {
+        (Some(vocab), Some(merges)) => TokenizerFiles::VocabMerges(spec.resolve(vocab), spec.resolve(merges)),
+        _ => TokenizerFiles::Json(spec.resolve(tokenizer.path.as_deref().unwrap_or(Path::new("tokenizer.json")))),
+    }
 }
 
 fn parse(source_name: &str, json: &str) -> Result<tokenizers::Tokenizer, TokenizerError> {
@@ -87,36 +104,26 @@ pub fn identity(spec: &Spec, memo_dir: &Path) -> Result<blake3::Hash, TokenizerE
         // The embedded vocabulary only changes with ferry's FORMAT_VERSION.
         return Ok(blake3::hash(b"ferry builtin tokenizer gpt2 (tiktoken r50k_base)"));
     }
-    let memo = identity_memo_key(spec).map(|key| memo_dir.join(key));
-    if let Some(memo) = &memo
-        && let Ok(text) = std::fs::read_to_string(memo)
-        && let Ok(identity) = blake3::Hash::from_hex(text.trim())
-    {
-        return Ok(identity);
+    let canonical_hash = || {
+        let (source_name, json) = tokenizer_text(spec)?;
+        let tokenizer = parse(&source_name, &json)?;
+        let canonical =
+            tokenizer.to_string(false).map_err(|err| TokenizerError::Load { source_name, message: err.to_string() })?;
+        Ok(blake3::hash(canonical.as_bytes()))
+    };
+    match identity_memo_key(spec) {
+        Some(key) => memoized_hash(memo_dir, &key, canonical_hash),
+        None => canonical_hash(),
     }
-    let (source_name, json) = tokenizer_text(spec)?;
-    let tokenizer = parse(&source_name, &json)?;
-    let canonical =
-        tokenizer.to_string(false).map_err(|err| TokenizerError::Load { source_name, message: err.to_string() })?;
-    let identity = blake3::hash(canonical.as_bytes());
-    // A memo that cannot be written only costs a parse next time.
-    if let Some(memo) = &memo
-        && let Err(err) =
-            fsutil::create_dir_all(memo_dir).and_then(|()| fsutil::write_atomic(memo, identity.to_hex().as_bytes()))
-    {
-        tracing::warn!(path = %memo.display(), error = %err, "cannot write the tokenizer-identity memo");
-    }
-    Ok(identity)
 }
 
 /// The memo's name for the bytes of the tokenizer's files (`None` when one cannot
 /// be read: loading it will say why). The canonical form is what this build's
 /// `tokenizers` writes, so the key includes ferry's version.
 fn identity_memo_key(spec: &Spec) -> Option<String> {
-    let tokenizer = &spec.tokenizer;
-    let files: Vec<PathBuf> = match (&tokenizer.vocab, &tokenizer.merges, &tokenizer.path) {
-        (Some(vocab), Some(merges), _) => vec![spec.resolve(vocab), spec.resolve(merges)],
-        (_, _, path) => vec![spec.resolve(path.as_deref().unwrap_or_else(|| Path::new("tokenizer.json")))],
+    let files = match tokenizer_files(spec) {
+        TokenizerFiles::VocabMerges(vocab, merges) => vec![vocab, merges],
+        TokenizerFiles::Json(path) => vec![path],
     };
     let mut hasher = blake3::Hasher::new();
     hasher.update(b"ferry-tokenizer-identity\0");
