@@ -177,11 +177,17 @@ pub struct OutputSpec {
     pub token_type: TokenType,
     #[serde(deserialize_with = "deserialize_size")]
     pub target_shard_bytes: u64,
+    /// Layouts written into the entry; `hf` (the Arrow files) is always among them.
+    pub formats: crate::cache::formats::Formats,
 }
 
 impl Default for OutputSpec {
     fn default() -> Self {
-        Self { token_type: TokenType::Int32, target_shard_bytes: 512 << 20 }
+        Self {
+            token_type: TokenType::Int32,
+            target_shard_bytes: 512 << 20,
+            formats: crate::cache::formats::Formats::default(),
+        }
     }
 }
 
@@ -286,6 +292,7 @@ impl Spec {
         if self.source.text_field.is_empty() {
             return Err("source.text_field is empty".into());
         }
+        self.output.formats.check(self.output.token_type)?;
         Ok(())
     }
 
@@ -299,7 +306,7 @@ impl Spec {
     /// `fast_path`) are left out: the tokenizer and the inputs enter the fingerprint
     /// by content instead.
     pub fn canonical(&self) -> serde_json::Value {
-        json!({
+        let mut canonical = json!({
             "splits": self.splits.keys().collect::<Vec<_>>(),
             "source": {
                 "text_field": self.source.text_field,
@@ -326,7 +333,13 @@ impl Spec {
                 "token_type": self.output.token_type,
                 "target_shard_bytes": self.output.target_shard_bytes,
             },
-        })
+        });
+        // Only extra formats enter the canonical form, so entries made before formats
+        // existed (and specs that name only "hf") keep their fingerprints.
+        if let Some(extra) = self.output.formats.canonical() {
+            canonical["output"]["formats"] = extra;
+        }
+        canonical
     }
 }
 
@@ -407,6 +420,28 @@ builtin = "gpt2"
         assert_eq!(a.canonical(), b.canonical());
         let c = parse(&format!("{MINIMAL}\n[sequence]\nseq_len = 512\n")).unwrap();
         assert_ne!(a.canonical(), c.canonical());
+    }
+
+    #[test]
+    fn extra_formats_change_the_canonical_form_and_hf_alone_does_not() {
+        let plain = parse(MINIMAL).unwrap().canonical();
+        let hf = parse(&format!("{MINIMAL}\n[output]\nformats = [\"hf\"]\n")).unwrap().canonical();
+        assert_eq!(plain, hf);
+        let megatron = parse(&format!("{MINIMAL}\n[output]\nformats = [\"megatron\"]\n")).unwrap();
+        let both = parse(&format!("{MINIMAL}\n[output]\nformats = [\"flat\", \"hf\", \"megatron\"]\n")).unwrap();
+        assert_ne!(plain, megatron.canonical());
+        assert_ne!(megatron.canonical(), both.canonical());
+        assert_eq!(both.canonical()["output"]["formats"], json!(["megatron", "flat"]));
+    }
+
+    #[test]
+    fn megatron_refuses_uint32_and_unknown_formats_are_named() {
+        let err = parse(&format!("{MINIMAL}\n[output]\nformats = [\"megatron\"]\ntoken_type = \"uint32\"\n"))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("uint32") && err.contains("int32"), "{err}");
+        let err = parse(&format!("{MINIMAL}\n[output]\nformats = [\"nanogpt\"]\n")).unwrap_err().to_string();
+        assert!(err.contains("nanogpt") && err.contains("megatron"), "{err}");
     }
 
     #[test]

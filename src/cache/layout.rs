@@ -1,7 +1,8 @@
 //! Every path of the cache and of an entry, in one place.
 //!
 //! ```text
-//! <cache>/entries/<fp16>/            published entries, immutable
+//! <cache>/entries/<fp16>/            published entries, immutable (Arrow files per split,
+//!                                    and megatron/ and flat/ when the spec asks for them)
 //! <cache>/by-name/<name>             symlink -> ../entries/<fp16>, newest entry of that name
 //! <cache>/building/<fp16>/           an entry being built (shared by every task building it)
 //! <cache>/memo/<key>                 input content hashes keyed by (path, size, mtime)
@@ -147,6 +148,16 @@ pub fn data_file_name(index: usize, count: usize) -> String {
     format!("data-{index:05}-of-{count:05}.arrow")
 }
 
+/// A split's Megatron file relative to the entry: `megatron/<split>_text_document.<extension>`.
+pub fn megatron_file(split: &str, extension: &str) -> String {
+    format!("megatron/{split}_text_document.{extension}")
+}
+
+/// A split's flat file relative to the entry: `flat/<split><suffix>`.
+pub fn flat_file(split: &str, suffix: &str) -> String {
+    format!("flat/{split}{suffix}")
+}
+
 /// Paths inside `building/<fp16>/`, shared by every task that builds the entry.
 #[derive(Debug, Clone)]
 pub struct BuildLayout {
@@ -166,6 +177,11 @@ impl BuildLayout {
 
     pub fn part_file(&self, split: &str, shard: usize, part: usize) -> PathBuf {
         self.parts_dir(split).join(format!("{shard:06}-{part:04}.arrow"))
+    }
+
+    /// A shard's part for the extra formats: `parts/<split>/<shard>.<kind>`.
+    pub fn format_part(&self, split: &str, shard: usize, kind: &str) -> PathBuf {
+        self.parts_dir(split).join(format!("{shard:06}.{kind}"))
     }
 
     pub fn shard_record(&self, split: &str, shard: usize) -> PathBuf {

@@ -1,5 +1,6 @@
 //! The on-disk cache: paths, the input-hash memo, entry files and manifests.
 
+pub mod formats;
 pub mod layout;
 pub mod lease;
 pub mod manifest;

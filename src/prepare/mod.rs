@@ -230,7 +230,7 @@ pub fn prepare(spec: &Spec, cache: &CacheLayout, options: &PrepareOptions) -> Re
     }
     let columns = Columns::new(spec.output.token_type, &spec.sequence);
     let publish::Assembly { entry: assembly, data_files, files } =
-        publish::assemble(&build, &by_split, &columns, &short)?;
+        publish::assemble(&build, &by_split, &columns, &spec.output.formats, &short)?;
     let mut totals = Totals { bytes: files.iter().map(|f| f.size).sum(), ..Totals::default() };
     let mut splits = BTreeMap::new();
     for (split, split_inputs) in located.splits.iter().zip(&located.hashes) {

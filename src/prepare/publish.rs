@@ -3,6 +3,7 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
+use crate::cache::formats::{self, Formats, SplitShards};
 use crate::cache::layout::{BuildLayout, CacheLayout, EntryLayout, data_file_name};
 use crate::cache::manifest::Manifest;
 use crate::cache::writer::{self, Columns, WrittenFile};
@@ -27,6 +28,7 @@ pub fn assemble(
     build: &BuildLayout,
     records: &BTreeMap<String, Vec<ShardRecord>>,
     columns: &Columns,
+    formats: &Formats,
     short_fingerprint: &str,
 ) -> Result<Assembly, PrepareError> {
     let assembly =
@@ -62,6 +64,16 @@ pub fn assemble(
         for metadata in ["dataset_info.json", "state.json"] {
             files.push(hash_small_file(assembly.root(), &format!("{split}/{metadata}"))?);
         }
+        let split_shards = SplitShards {
+            split,
+            shards: shards.iter().map(|record| record.shard).collect(),
+            rows: shards.iter().map(|record| record.counts.rows).sum(),
+            tokens: shards.iter().map(|record| record.counts.tokens).sum(),
+        };
+        files.extend(
+            formats::assemble_split(build, assembly.root(), &split_shards, formats, columns.token_type)
+                .map_err(PrepareError::Write)?,
+        );
         data_files.insert(split.clone(), names.iter().map(|name| format!("{split}/{name}")).collect());
     }
     let splits: Vec<&String> = records.keys().collect();

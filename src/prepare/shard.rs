@@ -9,6 +9,7 @@ use std::time::Instant;
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 
+use crate::cache::formats::RowSink;
 use crate::cache::layout::BuildLayout;
 use crate::cache::manifest::{Counts, InputRecord};
 use crate::cache::writer::{Columns, PartWriter, WriteError, WrittenFile};
@@ -53,6 +54,9 @@ pub struct ShardRecord {
     pub counts: Counts,
     /// Part files in order, names relative to the split's parts directory.
     pub files: Vec<WrittenFile>,
+    /// Parts for the extra output formats, relative to the same directory.
+    #[serde(default)]
+    pub format_files: Vec<WrittenFile>,
     pub seconds: f64,
     pub host: String,
     pub pid: u32,
@@ -92,7 +96,7 @@ impl ShardContext<'_> {
         let bytes = std::fs::read(self.build.shard_record(&task.split, task.shard)).ok()?;
         let record: ShardRecord = serde_json::from_slice(&bytes).ok()?;
         let same_input = record.input.blake3 == task.hash.to_hex().as_str();
-        let parts_present = record.files.iter().all(|file| {
+        let parts_present = record.files.iter().chain(&record.format_files).all(|file| {
             let path = self.build.parts_dir(&task.split).join(&file.path);
             std::fs::metadata(path).is_ok_and(|m| m.len() == file.size)
         });
@@ -107,9 +111,11 @@ impl ShardContext<'_> {
         let sequence = &self.spec.sequence;
         let mut packer = Packer::new(sequence.pack, sequence.seq_len);
         let build = self.build;
-        let mut writer = PartWriter::new(self.columns, self.spec.output.target_shard_bytes, |part| {
+        let arrow = PartWriter::new(self.columns, self.spec.output.target_shard_bytes, |part| {
             build.part_file(&task.split, task.shard, part)
         });
+        let output = &self.spec.output;
+        let mut writer = RowSink::new(arrow, &output.formats, output.token_type, build, &task.split, task.shard)?;
         let mut counts = Counts { input_bytes: task.input.size, ..Counts::default() };
         let mut skipped: BTreeMap<String, u64> = BTreeMap::new();
         let mut batch: Vec<Document> = Vec::with_capacity(BATCH_DOCUMENTS);
@@ -149,7 +155,8 @@ impl ShardContext<'_> {
         // Count the bytes not yet reported (compressed tails, filtered records).
         self.counters.input_bytes.fetch_add(task.input.size.saturating_sub(reported_bytes), Ordering::Relaxed);
         let stats = packer.finish();
-        let files = writer.finish()?;
+        let written = writer.finish()?;
+        let files = written.arrow;
         counts.skipped_records = skipped;
         counts.rows = files.iter().map(|f| f.rows).sum();
         counts.tokens = files.iter().map(|f| f.tokens).sum();
@@ -162,6 +169,7 @@ impl ShardContext<'_> {
             encoder: kind,
             counts,
             files,
+            format_files: written.formats,
             seconds: started.elapsed().as_secs_f64(),
             host: crate::fsutil::host_name(),
             pid: std::process::id(),

@@ -1,0 +1,95 @@
+//! Flat token files for nanoGPT/OLMo-style trainers: `flat/<split>.bin` holds every
+//! token of the split in row order (little-endian, the entry's dtype, no header,
+//! for `np.memmap`); `flat/<split>.offsets.npy` holds the rows + 1 row boundaries
+//! as uint64 token offsets (for `np.load`); `flat/<split>.json` says which is which.
+
+use std::path::{Path, PathBuf};
+
+use serde_json::json;
+
+use crate::cache::layout::flat_file;
+use crate::cache::writer::{WriteError, WrittenFile};
+use crate::spec::TokenType;
+
+use super::SplitShards;
+use super::io_error;
+use super::parts::{HashedFile, concatenate, for_each_length};
+
+/// Writes the split's flat files. `shared` is a file with the same token bytes
+/// (the Megatron `.bin`), hard-linked instead of copied again.
+pub fn write_split(
+    entry_root: &Path,
+    shards: &SplitShards,
+    tokens: &[PathBuf],
+    lengths: &[PathBuf],
+    token_type: TokenType,
+    shared: Option<&WrittenFile>,
+    files: &mut Vec<WrittenFile>,
+) -> Result<(), WriteError> {
+    let split = shards.split;
+    let bin_relative = flat_file(split, ".bin");
+    let bin_path = entry_root.join(&bin_relative);
+    let bin = match shared {
+        Some(shared) => {
+            crate::fsutil::create_dir_all(bin_path.parent().unwrap_or(entry_root)).map_err(io_error(&bin_path))?;
+            std::fs::hard_link(entry_root.join(&shared.path), &bin_path).map_err(io_error(&bin_path))?;
+            WrittenFile { path: bin_relative, ..shared.clone() }
+        }
+        None => concatenate(tokens, &bin_path, bin_relative)?,
+    };
+    files.push(bin);
+    let offsets_relative = flat_file(split, ".offsets.npy");
+    let mut offsets = HashedFile::create(&entry_root.join(&offsets_relative))?;
+    offsets.write(&npy_header("<u8", shards.rows + 1))?;
+    offsets.write(&0u64.to_le_bytes())?;
+    let mut offset = 0u64;
+    for_each_length(lengths, |length| {
+        offset += length as u64;
+        offsets.write(&offset.to_le_bytes())
+    })?;
+    files.push(offsets.finish(offsets_relative)?);
+    let description = json!({
+        "format": "ferry-flat",
+        "version": 1,
+        "dtype": token_type.dtype(),
+        "byte_order": "little",
+        "tokens": shards.tokens,
+        "rows": shards.rows,
+        "data": format!("{split}.bin"),
+        "offsets": format!("{split}.offsets.npy"),
+    });
+    let json_relative = flat_file(split, ".json");
+    let mut json_file = HashedFile::create(&entry_root.join(&json_relative))?;
+    let mut text = serde_json::to_vec_pretty(&description).map_err(|err| io_error(&bin_path)(err.into()))?;
+    text.push(b'\n');
+    json_file.write(&text)?;
+    files.push(json_file.finish(json_relative)?);
+    Ok(())
+}
+
+/// The header of a version 1.0 `.npy` file holding a 1-D array: magic, version,
+/// header length, and the dict padded with spaces so data starts 64-byte aligned.
+fn npy_header(descr: &str, length: u64) -> Vec<u8> {
+    let mut dict = format!("{{'descr': '{descr}', 'fortran_order': False, 'shape': ({length},), }}");
+    let unpadded = 10 + dict.len() + 1;
+    dict.push_str(&" ".repeat(unpadded.next_multiple_of(64) - unpadded));
+    dict.push('\n');
+    let mut header = b"\x93NUMPY\x01\x00".to_vec();
+    header.extend_from_slice(&(dict.len() as u16).to_le_bytes());
+    header.extend_from_slice(dict.as_bytes());
+    header
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn npy_header_is_aligned_and_names_the_shape() {
+        let header = npy_header("<u8", 12345);
+        assert_eq!(header.len() % 64, 0);
+        assert!(header.ends_with(b"\n"));
+        let text = String::from_utf8_lossy(&header[10..]).into_owned();
+        assert!(text.starts_with("{'descr': '<u8', 'fortran_order': False, 'shape': (12345,), }"), "{text}");
+    }
+}

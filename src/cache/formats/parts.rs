@@ -1,0 +1,176 @@
+//! The pieces the extra formats are made of: per-shard token and row-length parts,
+//! files written atomically while being hashed, and a kernel-side concatenation.
+
+use std::fs::File;
+use std::io::{BufWriter, Write};
+use std::path::{Path, PathBuf};
+
+use crate::cache::layout::BuildLayout;
+use crate::cache::writer::{WriteError, WrittenFile};
+use crate::fsutil;
+use crate::spec::TokenType;
+
+use super::io_error;
+
+/// A file written under a temporary name, hashed as it is written, and renamed
+/// into place by [`HashedFile::finish`]; dropped unfinished, it leaves nothing.
+pub struct HashedFile {
+    path: PathBuf,
+    writer: BufWriter<tempfile::NamedTempFile>,
+    hasher: blake3::Hasher,
+    bytes: u64,
+}
+
+impl HashedFile {
+    pub fn create(path: &Path) -> Result<HashedFile, WriteError> {
+        let dir = path.parent().unwrap_or(Path::new("."));
+        fsutil::create_dir_all(dir).map_err(io_error(path))?;
+        let temp = fsutil::temp_file_in(dir).map_err(io_error(path))?;
+        Ok(HashedFile {
+            path: path.to_path_buf(),
+            writer: BufWriter::with_capacity(1 << 20, temp),
+            hasher: blake3::Hasher::new(),
+            bytes: 0,
+        })
+    }
+
+    pub fn write(&mut self, bytes: &[u8]) -> Result<(), WriteError> {
+        self.hasher.update(bytes);
+        self.bytes += bytes.len() as u64;
+        self.writer.write_all(bytes).map_err(io_error(&self.path))
+    }
+
+    /// Syncs and renames the file into place; `relative` is the path the record carries.
+    pub fn finish(self, relative: String) -> Result<WrittenFile, WriteError> {
+        let error = io_error(&self.path);
+        let temp = self.writer.into_inner().map_err(|err| error(err.into_error()))?;
+        temp.as_file().sync_all().map_err(&error)?;
+        temp.persist(&self.path).map_err(|err| error(err.error))?;
+        Ok(WrittenFile {
+            path: relative,
+            size: self.bytes,
+            blake3: self.hasher.finalize().to_hex().to_string(),
+            rows: 0,
+            tokens: 0,
+        })
+    }
+}
+
+/// One shard's rows for the extra formats: `<shard>.tokens` (the ids in the entry's
+/// dtype, little-endian, row after row) and `<shard>.lengths` (u32 per row).
+pub struct TokenParts {
+    tokens: HashedFile,
+    lengths: HashedFile,
+    token_type: TokenType,
+    rows: u64,
+    count: u64,
+    buffer: Vec<u8>,
+}
+
+impl TokenParts {
+    pub fn create(build: &BuildLayout, split: &str, shard: usize, token_type: TokenType) -> Result<Self, WriteError> {
+        Ok(TokenParts {
+            tokens: HashedFile::create(&build.format_part(split, shard, "tokens"))?,
+            lengths: HashedFile::create(&build.format_part(split, shard, "lengths"))?,
+            token_type,
+            rows: 0,
+            count: 0,
+            buffer: Vec::new(),
+        })
+    }
+
+    pub fn push_row(&mut self, row: &[u32]) -> Result<(), WriteError> {
+        self.buffer.clear();
+        encode_tokens(row, self.token_type, &mut self.buffer);
+        self.tokens.write(&self.buffer)?;
+        // Rows are far below 2^31 tokens: one row is held in memory as it is packed.
+        self.lengths.write(&(row.len() as u32).to_le_bytes())?;
+        self.rows += 1;
+        self.count += row.len() as u64;
+        Ok(())
+    }
+
+    pub fn finish(self) -> Result<Vec<WrittenFile>, WriteError> {
+        let name =
+            |file: &HashedFile| file.path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        let (tokens_name, lengths_name) = (name(&self.tokens), name(&self.lengths));
+        let mut tokens = self.tokens.finish(tokens_name)?;
+        let mut lengths = self.lengths.finish(lengths_name)?;
+        for file in [&mut tokens, &mut lengths] {
+            (file.rows, file.tokens) = (self.rows, self.count);
+        }
+        Ok(vec![tokens, lengths])
+    }
+}
+
+/// Appends `row` to `out` in the dtype's little-endian bytes. Ids were checked
+/// against the dtype's range when the tokenizer was loaded.
+pub fn encode_tokens(row: &[u32], token_type: TokenType, out: &mut Vec<u8>) {
+    match token_type {
+        TokenType::Uint16 => row.iter().for_each(|&id| out.extend_from_slice(&(id as u16).to_le_bytes())),
+        TokenType::Int32 | TokenType::Uint32 => row.iter().for_each(|&id| out.extend_from_slice(&id.to_le_bytes())),
+    }
+}
+
+/// Bytes per token in the dtype.
+pub fn token_size(token_type: TokenType) -> u64 {
+    match token_type {
+        TokenType::Uint16 => 2,
+        TokenType::Int32 | TokenType::Uint32 => 4,
+    }
+}
+
+/// Concatenates `parts` into `target` (temporary name, then rename) and hashes it.
+/// `std::io::copy` between files uses `copy_file_range`, so the bytes stay in the
+/// kernel (and are shared extents on filesystems that reflink); the hash then
+/// reads the result back, memory-mapped and in parallel.
+pub fn concatenate(parts: &[PathBuf], target: &Path, relative: String) -> Result<WrittenFile, WriteError> {
+    let error = io_error(target);
+    let dir = target.parent().unwrap_or(Path::new("."));
+    fsutil::create_dir_all(dir).map_err(&error)?;
+    let temp = fsutil::temp_file_in(dir).map_err(&error)?;
+    let mut out: &File = temp.as_file();
+    for part in parts {
+        let mut input = File::open(part).map_err(io_error(part))?;
+        std::io::copy(&mut input, &mut out).map_err(&error)?;
+    }
+    temp.as_file().sync_all().map_err(&error)?;
+    temp.persist(target).map_err(|err| error(err.error))?;
+    let mut hasher = blake3::Hasher::new();
+    hasher.update_mmap_rayon(target).map_err(&error)?;
+    let size = std::fs::metadata(target).map_err(&error)?.len();
+    Ok(WrittenFile { path: relative, size, blake3: hasher.finalize().to_hex().to_string(), rows: 0, tokens: 0 })
+}
+
+/// Calls `each` with every row length of the parts, in order, reading them in blocks.
+pub fn for_each_length(
+    parts: &[PathBuf],
+    mut each: impl FnMut(u32) -> Result<(), WriteError>,
+) -> Result<(), WriteError> {
+    let mut block = vec![0u8; 1 << 20];
+    for part in parts {
+        let mut input = std::io::BufReader::new(File::open(part).map_err(io_error(part))?);
+        loop {
+            let read = read_full(&mut input, &mut block).map_err(io_error(part))?;
+            for length in block[..read].chunks_exact(4) {
+                each(u32::from_le_bytes([length[0], length[1], length[2], length[3]]))?;
+            }
+            if read < block.len() {
+                break;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Reads until `buffer` is full or the input ends; returns the bytes read.
+fn read_full(input: &mut impl std::io::Read, buffer: &mut [u8]) -> std::io::Result<usize> {
+    let mut filled = 0;
+    while filled < buffer.len() {
+        match input.read(&mut buffer[filled..])? {
+            0 => break,
+            n => filled += n,
+        }
+    }
+    Ok(filled)
+}
