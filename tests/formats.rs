@@ -1,0 +1,171 @@
+//! `output.formats`: Megatron indexed datasets and flat token files beside the
+//! Arrow files, read back with megatron-core and numpy, fingerprinted, byte-identical
+//! across worker counts, staged and verified like every other file of the entry.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use common::{TestEnv, describe, entry_data_files, gpt2_spec, python, python_script};
+
+const ALL_FORMATS: &str = "formats = [\"hf\", \"megatron\", \"flat\"]\n";
+
+/// Python with megatron-core (and its torch) and pyarrow, from the test script's own venv.
+fn megatron_python() -> Option<PathBuf> {
+    common::provided("FERRY_TEST_MEGATRON_PYTHON", "FERRY_REQUIRE_MEGATRON", "Python with megatron-core")
+}
+
+fn check_formats(python: &Path, entry: &str, check: &str, dtype: &str) -> serde_json::Value {
+    let output = Command::new(python)
+        .arg(python_script("check_formats.py"))
+        .args(["--entry", entry, "--check", check, "--dtype", dtype])
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "check_formats.py --check {check} failed:\n{}", describe(&output));
+    serde_json::from_slice(&output.stdout).unwrap()
+}
+
+/// An entry with two splits and every format; `sequence` and `output` are spec lines.
+fn prepared(env: &TestEnv, name: &str, sequence: &str, output: &str) -> String {
+    env.shards("data", "train", 3, 70, 21);
+    env.shards("data", "val", 1, 30, 22);
+    let text = gpt2_spec(name, "data/train-*.jsonl.zst", &format!("[sequence]\n{sequence}[output]\n{output}"))
+        .replace("[tokenizer]", "validation = \"data/val-*.jsonl.zst\"\n[tokenizer]");
+    let spec = env.write(&format!("{name}.toml"), text);
+    env.prepare(&spec, &[])["entry"].as_str().unwrap().to_string()
+}
+
+fn manifest(entry: &Path) -> serde_json::Value {
+    serde_json::from_slice(&std::fs::read(entry.join("manifest.json")).unwrap()).unwrap()
+}
+
+#[test]
+fn flat_files_read_with_numpy_equal_the_concatenated_input_ids() {
+    let Some(python) = python() else { return };
+    let env = TestEnv::new();
+    let concat = prepared(&env, "concat", "seq_len = 64\n", ALL_FORMATS);
+    let report = check_formats(&python, &concat, "flat", "int32");
+    assert!(report["splits"]["train"]["rows"].as_u64().unwrap() > 10, "{report}");
+    let documents = prepared(&env, "documents", "pack = \"none\"\n", "token_type = \"uint16\"\nformats = [\"flat\"]\n");
+    let report = check_formats(&python, &documents, "flat", "uint16");
+    assert!(report["splits"]["validation"]["rows"].as_u64().unwrap() > 10, "{report}");
+    assert!(!Path::new(&documents).join("megatron").exists(), "only the formats asked for are written");
+}
+
+#[test]
+fn megatron_files_read_with_megatron_core_have_every_arrow_row() {
+    let Some(python) = megatron_python() else { return };
+    let env = TestEnv::new();
+    let documents = prepared(&env, "documents", "pack = \"none\"\n", "formats = [\"megatron\"]\n");
+    let report = check_formats(&python, &documents, "megatron", "int32");
+    assert!(report["splits"]["train"]["sequences"].as_u64().unwrap() > 100, "{report}");
+    let truncated = prepared(
+        &env,
+        "truncated",
+        "pack = \"truncate\"\nseq_len = 32\n",
+        "token_type = \"uint16\"\nformats = [\"megatron\"]\n",
+    );
+    check_formats(&python, &truncated, "megatron", "uint16");
+    let concat = prepared(&env, "concat", "seq_len = 64\n", ALL_FORMATS);
+    let report = check_formats(&python, &concat, "megatron", "int32");
+    assert!(report["splits"]["validation"]["sequences"].as_u64().unwrap() > 2, "{report}");
+}
+
+/// The Megatron index read by hand: header, version, dtype code and counts.
+fn megatron_index_header(path: &Path) -> (u8, u64, u64) {
+    let bytes = std::fs::read(path).unwrap();
+    assert_eq!(&bytes[..9], b"MMIDIDX\x00\x00");
+    assert_eq!(u64::from_le_bytes(bytes[9..17].try_into().unwrap()), 1, "version");
+    let count = |at: usize| u64::from_le_bytes(bytes[at..at + 8].try_into().unwrap());
+    let (sequences, documents) = (count(18), count(26));
+    assert_eq!(bytes.len() as u64, 34 + sequences * 4 + sequences * 8 + documents * 8, "index size");
+    (bytes[17], sequences, documents)
+}
+
+#[test]
+fn formats_change_the_fingerprint_and_stay_byte_identical_across_worker_counts() {
+    let env = TestEnv::new();
+    env.shards("data", "train", 4, 60, 23);
+    let plain = gpt2_spec("t", "data/*.jsonl.zst", "[sequence]\nseq_len = 64\n");
+    let fingerprint = |text: &str, extra: &[&str]| {
+        let spec = env.write("variant.toml", text);
+        env.prepare(&spec, extra)
+    };
+    let base = fingerprint(&plain, &[])["fingerprint"].clone();
+    let hf = fingerprint(&format!("{plain}[output]\nformats = [\"hf\"]\n"), &[])["fingerprint"].clone();
+    assert_eq!(base, hf, "naming only hf keeps the fingerprint of a spec without formats");
+    let all_text = format!("{plain}[output]\n{ALL_FORMATS}");
+    let megatron = fingerprint(&format!("{plain}[output]\nformats = [\"megatron\"]\n"), &[])["fingerprint"].clone();
+    let one = fingerprint(&all_text, &["--jobs", "1", "--cache", env.path("cache-one").to_str().unwrap()]);
+    let four = fingerprint(&all_text, &["--jobs", "4", "--cache", env.path("cache-four").to_str().unwrap()]);
+    assert_ne!(base, megatron);
+    assert_ne!(megatron, one["fingerprint"]);
+    assert_eq!(one["fingerprint"], four["fingerprint"]);
+    let entry = Path::new(one["entry"].as_str().unwrap());
+    let files_one = entry_data_files(entry);
+    let files_four = entry_data_files(Path::new(four["entry"].as_str().unwrap()));
+    let names: Vec<&str> = files_one.iter().map(|(name, _)| name.as_str()).collect();
+    for expected in [
+        "megatron/train_text_document.bin",
+        "megatron/train_text_document.idx",
+        "flat/train.bin",
+        "flat/train.offsets.npy",
+        "flat/train.json",
+    ] {
+        assert!(names.contains(&expected), "{expected} missing from {names:?}");
+    }
+    assert_eq!(files_one, files_four, "1 and 4 workers write the same bytes");
+    let rows = one["totals"]["rows"].as_u64().unwrap();
+    let (dtype_code, sequences, documents) = megatron_index_header(&entry.join("megatron/train_text_document.idx"));
+    assert_eq!((dtype_code, sequences, documents), (4, rows, rows + 1), "int32, one sequence per row");
+    let tokens = one["totals"]["tokens"].as_u64().unwrap();
+    assert_eq!(std::fs::metadata(entry.join("flat/train.bin")).unwrap().len(), tokens * 4);
+    let recorded: Vec<String> =
+        manifest(entry)["files"].as_array().unwrap().iter().map(|f| f["path"].as_str().unwrap().to_string()).collect();
+    assert!(recorded.iter().any(|p| p == "megatron/train_text_document.idx"), "{recorded:?}");
+    assert!(recorded.iter().any(|p| p == "flat/train.offsets.npy"), "{recorded:?}");
+}
+
+#[test]
+fn stage_copies_the_formats_and_verify_catches_a_flipped_byte_in_a_megatron_file() {
+    let env = TestEnv::new();
+    let entry = PathBuf::from(prepared(&env, "staged", "seq_len = 64\n", ALL_FORMATS));
+    let spec = env.path("staged.toml");
+    let dest = env.path("node/ferry");
+    env.run_ok(&["stage", spec.to_str().unwrap(), "--dest", dest.to_str().unwrap(), "--verify"]);
+    let local = dest.join("entries").join(entry.file_name().unwrap());
+    for file in ["megatron/validation_text_document.bin", "flat/train.bin", "flat/validation.json"] {
+        let meta = local.join(file).symlink_metadata().unwrap();
+        assert!(meta.file_type().is_file(), "{file} is a local copy");
+        assert_eq!(std::fs::read(local.join(file)).unwrap(), std::fs::read(entry.join(file)).unwrap());
+    }
+    let short = entry.file_name().unwrap().to_str().unwrap().to_string();
+    env.run_ok(&["verify", &short]);
+    let damaged = entry.join("megatron/train_text_document.bin");
+    let mut bytes = std::fs::read(&damaged).unwrap();
+    let middle = bytes.len() / 2;
+    bytes[middle] ^= 0x01;
+    // The flat .bin shares these bytes (a hard link): break the link so only one file is damaged.
+    std::fs::remove_file(&damaged).unwrap();
+    std::fs::write(&damaged, bytes).unwrap();
+    let output = env.run(&["verify", &short]);
+    assert_eq!(output.status.code(), Some(1), "{}", describe(&output));
+    let shown = format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
+    assert!(shown.contains("megatron/train_text_document.bin") && shown.contains("blake3"), "{shown}");
+    assert!(!shown.contains("flat/train.bin"), "{shown}");
+}
+
+#[test]
+fn megatron_with_uint32_tokens_is_refused_with_the_fix() {
+    let env = TestEnv::new();
+    env.shards("data", "train", 1, 5, 24);
+    let spec = env.write(
+        "spec.toml",
+        gpt2_spec("u32", "data/*.jsonl.zst", "[output]\ntoken_type = \"uint32\"\nformats = [\"megatron\"]\n"),
+    );
+    let output = env.run(&["prepare", spec.to_str().unwrap()]);
+    assert_eq!(output.status.code(), Some(1), "{}", describe(&output));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("spec.toml") && stderr.contains("token_type = \"int32\""), "{stderr}");
+}
