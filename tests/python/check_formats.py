@@ -5,7 +5,8 @@
 --check megatron: `megatron/<split>_text_document` through megatron-core's
                   `IndexedDataset(prefix)` has one sequence per Arrow row with the same
                   ids and dtype (the Arrow files are read with pyarrow).
-Prints one JSON line with what it checked.
+The dtype expected is the entry's declared `output.token_type`. Prints one JSON
+line with what it checked, per entry.
 """
 
 import argparse
@@ -87,12 +88,16 @@ def check_megatron(entry, dtype):
 
 def main():
     parser = argparse.ArgumentParser()
-    parser.add_argument("--entry", required=True)
+    parser.add_argument("--entry", action="append", required=True, help="repeat to check several entries")
     parser.add_argument("--check", choices=["flat", "megatron"], required=True)
-    parser.add_argument("--dtype", default="int32")
     args = parser.parse_args()
     check = check_flat if args.check == "flat" else check_megatron
-    print(json.dumps({"check": args.check, "splits": check(args.entry, args.dtype)}))
+    entries = {}
+    for entry in args.entry:
+        # The declared token type, which both formats must keep.
+        dtype = json.load(open(os.path.join(entry, "manifest.json")))["spec"]["output"]["token_type"]
+        entries[entry] = {"dtype": dtype, "splits": check(entry, dtype)}
+    print(json.dumps({"check": args.check, "entries": entries}))
 
 
 if __name__ == "__main__":
