@@ -10,7 +10,8 @@
 //! - `fingerprint`: the stable blake3 fingerprint of an entry.
 //! - `spec`: the pipeline spec (TOML) and its canonical form.
 //! - `inputs`: split globs to input files; content hashes through the memo.
-//! - `cache`: `layout` (every path), `memo`, `writer` (Arrow + `datasets` files), `manifest`.
+//! - `cache`: `layout` (every path), `memo`, `writer` (Arrow + `datasets` files), `manifest`,
+//!   `formats` (Megatron indexed datasets and flat token files beside the Arrow files).
 //! - `source`: streaming readers for JSON lines (plain, zstd, gzip) and Parquet.
 //! - `tokenizer`: tokenizer loading, the guarded fast encoder, BOS/EOS rules.
 //! - `pack`: documents to rows (`concat`, `truncate`, `none`).

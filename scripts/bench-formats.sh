@@ -1,0 +1,111 @@
+#!/usr/bin/env bash
+# Benchmark (not a test): what `formats = ["hf", "megatron", "flat"]` adds to
+# `ferry prepare` over `"hf"` alone: wall and CPU time (best of several rounds,
+# the two runs alternating so both see the same machine), the publish step that
+# puts the per-split files together, and peak RSS, on one shard of BENCH_SMALL_MB
+# and one four times larger (memory must not grow with shard size).
+# Uses scripts/bench-prepare.sh's real-text corpus when present, else the demo's
+# synthetic corpus (said so in the output).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$(pwd)
+work=${BENCH_DIR:-$root/target/bench-formats}
+small_mb=${BENCH_SMALL_MB:-40}
+rounds=${BENCH_ROUNDS:-2}
+mkdir -p "$work"
+say() { printf '==> %s\n' "$*" >&2; }
+
+cargo build --release --quiet
+ferry="$root/target/release/ferry"
+source_dir="$root/target/bench-prepare/corpus"
+kind="real text (scripts/bench-prepare.sh corpus)"
+if [ ! -s "$source_dir/train-00.jsonl.zst" ]; then
+  kind="SYNTHETIC text (the demo corpus; run scripts/bench-prepare.sh first for real text)"
+  [ -d "$work/demo/corpus" ] || "$ferry" -q demo --dir "$work/demo" >/dev/null
+  source_dir="$work/demo/corpus"
+fi
+
+# One shard of at least $1 MB of JSON lines, the source corpus repeated.
+make_shard() {
+  local mb=$1 shard="$work/shard-$1/one.jsonl.zst"
+  if [ ! -s "$shard" ]; then
+    mkdir -p "$(dirname "$shard")"
+    say "writing one shard of >= $mb MB uncompressed ($kind)"
+    (
+      bytes=0
+      while [ "$bytes" -lt $((mb * 1000000)) ]; do
+        for f in "$source_dir"/*.jsonl.zst; do zstd -qdc "$f"; done
+        bytes=$((bytes + $(for f in "$source_dir"/*.jsonl.zst; do zstd -qdc "$f"; done | wc -c)))
+      done
+    ) | zstd -q -1 -T0 -o "$shard"
+  fi
+}
+
+# Writes the spec for one shard size and format list.
+write_spec() {
+  local mb=$1 name=$2 formats=$3
+  cat > "$work/$name-$mb.toml" <<TOML
+name = "bench-formats-$name"
+[splits]
+train = ["shard-$mb/one.jsonl.zst"]
+[tokenizer]
+builtin = "gpt2"
+[sequence]
+seq_len = 1024
+[output]
+formats = $formats
+TOML
+}
+
+# One measured run, in its own Python process so its peak RSS is its own.
+measure() {
+  local spec=$1
+  rm -rf "$work/cache"
+  python3 - "$ferry" "$spec" "$work/cache" <<'PY'
+import json, resource, subprocess, sys, time
+ferry, spec, cache = sys.argv[1:4]
+started = time.time()
+out = subprocess.run([ferry, "-q", "prepare", spec, "--cache", cache, "--json"], check=True, capture_output=True, text=True).stdout
+wall = time.time() - started
+usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+manifest = json.load(open(json.loads(out)["entry"] + "/manifest.json"))
+print(json.dumps({"wall": wall, "cpu": usage.ru_utime + usage.ru_stime, "rss": usage.ru_maxrss * 1024,
+                  "publish": manifest["timings"]["publish_seconds"], "tokens": manifest["totals"]["tokens"],
+                  "bytes": manifest["totals"]["bytes"]}))
+PY
+}
+
+: > "$work/runs.jsonl"
+for mb in "$small_mb" $((small_mb * 4)); do
+  make_shard "$mb"
+  write_spec "$mb" hf '["hf"]'
+  write_spec "$mb" all '["hf", "megatron", "flat"]'
+  for round in $(seq 1 "$rounds"); do
+    for name in hf all; do
+      say "shard $mb MB, round $round/$rounds: formats $name"
+      printf '{"mb": %s, "formats": "%s", "run": %s}\n' "$mb" "$name" "$(measure "$work/$name-$mb.toml")" >> "$work/runs.jsonl"
+    done
+  done
+done
+rm -rf "$work/cache"
+
+python3 - "$work/runs.jsonl" "$kind" "$(nproc)" <<'PY'
+import json, sys
+runs = [json.loads(line) for line in open(sys.argv[1])]
+print(f"corpus: {sys.argv[2]}; {sys.argv[3]} cores; best of {sum(1 for r in runs if r['mb'] == runs[0]['mb'] and r['formats'] == 'hf')} runs each")
+rss = {}
+for mb in sorted({r["mb"] for r in runs}):
+    best = {name: min((r["run"] for r in runs if r["mb"] == mb and r["formats"] == name), key=lambda x: x["wall"]) for name in ("hf", "all")}
+    hf, extra = best["hf"], best["all"]
+    for name, run in best.items():
+        print(f"shard {mb:4d} MB  {name:3s}  {run['tokens'] / 1e6:6.1f} M tokens  {run['wall']:6.1f} s wall  {run['cpu']:6.1f} s CPU  publish {run['publish']:5.2f} s  peak RSS {run['rss'] / 2**20:5.0f} MiB  entry {run['bytes'] / 2**20:6.0f} MiB")
+    wall = extra["wall"] / hf["wall"] - 1
+    cpu = extra["cpu"] / hf["cpu"] - 1
+    rss[mb] = extra["rss"] - hf["rss"]
+    print(f"shard {mb:4d} MB  all formats add {wall * 100:+5.1f}% wall, {cpu * 100:+5.1f}% CPU (target < 10%) {'OK' if wall < 0.10 else 'MISSED'}; "
+          f"peak RSS {rss[mb] / 2**20:+.0f} MiB over hf")
+small, big = sorted(rss)
+all_rss = {mb: min(r["run"]["rss"] for r in runs if r["mb"] == mb and r["formats"] == "all") for mb in (small, big)}
+growth = (all_rss[big] - all_rss[small]) / 2**20
+print(f"peak RSS with all formats: {all_rss[small] / 2**20:.0f} MiB at {small} MB, {all_rss[big] / 2**20:.0f} MiB at {big} MB ({growth:+.0f} MiB for a 4x larger shard)")
+PY
