@@ -15,8 +15,11 @@ rounds=${BENCH_ROUNDS:-2}
 mkdir -p "$work"
 say() { printf '==> %s\n' "$*" >&2; }
 
-cargo build --release --quiet
-ferry="$root/target/release/ferry"
+# FERRY_BIN runs an already built binary instead of building the release one.
+if [ -z "${FERRY_BIN:-}" ]; then
+  cargo build --release --quiet
+fi
+ferry=${FERRY_BIN:-$root/target/release/ferry}
 source_dir="$root/target/bench-prepare/corpus"
 kind="real text (scripts/bench-prepare.sh corpus)"
 if [ ! -s "$source_dir/train-00.jsonl.zst" ]; then
