@@ -28,19 +28,15 @@ if [ ! -s "$source_dir/train-00.jsonl.zst" ]; then
   source_dir="$work/demo/corpus"
 fi
 
-# One shard of at least $1 MB of JSON lines, the source corpus repeated.
+# One shard of $1 MB of JSON lines (the last, cut line dropped), the source corpus repeated.
 make_shard() {
   local mb=$1 shard="$work/shard-$1/one.jsonl.zst"
   if [ ! -s "$shard" ]; then
     mkdir -p "$(dirname "$shard")"
-    say "writing one shard of >= $mb MB uncompressed ($kind)"
-    (
-      bytes=0
-      while [ "$bytes" -lt $((mb * 1000000)) ]; do
-        for f in "$source_dir"/*.jsonl.zst; do zstd -qdc "$f"; done
-        bytes=$((bytes + $(for f in "$source_dir"/*.jsonl.zst; do zstd -qdc "$f"; done | wc -c)))
-      done
-    ) | zstd -q -1 -T0 -o "$shard"
+    say "writing one shard of $mb MB uncompressed ($kind)"
+    # The endless reader stops quietly when head has read enough.
+    { while :; do for f in "$source_dir"/*.jsonl.zst; do zstd -qdc "$f" 2>/dev/null || exit 0; done; done; } \
+      | head -c $((mb * 1000000)) | sed '$d' | zstd -q -1 -T0 -o "$shard"
   fi
 }
 
