@@ -138,3 +138,156 @@ print(f"ratio ferry / raw encoder    {ratio_raw:5.2f}    (target >= 0.85) {'OK' 
 print(f"ratio per CPU-second         {ferry_per_cpu / raw_per_cpu:5.2f}    (ferry's CPU time, all phases, against the encoder's alone)")
 print(f"ferry peak RSS               {rss:5.2f} GiB (target <= 1 GiB) {'OK' if rss <= 1 else 'MISSED'}")
 PY
+
+# ---- Peers, a Llama-3-structured tokenizer, and shard counts -----------------
+# Same corpus, same cores: ferry vs the Hugging Face recipe vs datatrove (its
+# `JsonlReader` -> `DocumentTokenizer` pipeline), for GPT-2 and for a tokenizer
+# with Llama-3's structure and a >= 100k vocabulary; ferry with one shard vs the
+# same documents in as many shards as cores; the encoder cores on one thread.
+peers="$work/peers"
+rm -rf "$peers"
+mkdir -p "$peers"
+peers_venv=${BENCH_PEERS_VENV:-$root/target/bench-venv}
+if [ ! -x "$peers_venv/bin/python" ]; then
+  say "creating $peers_venv (datasets, tokenizers, datatrove)"
+  python3 -m venv "$peers_venv"
+  "$peers_venv/bin/pip" install --quiet datasets pyarrow tokenizers zstandard "datatrove[io,processing]" ||
+    say "SKIPPED: datatrove could not be installed; its column stays empty"
+fi
+py=$peers_venv/bin/python
+
+# Llama-3 structure on cl100k's ranks, which ship inside the tiktoken-rs crate (offline).
+tiktoken_dir=$(cargo metadata --format-version 1 --quiet |
+  "$py" -c 'import json, os, sys; print(next(os.path.dirname(p["manifest_path"]) for p in json.load(sys.stdin)["packages"] if p["name"] == "tiktoken-rs"))')
+llama="$work/llama3-style/tokenizer.json"
+if [ ! -s "$llama" ]; then
+  say "writing a Llama-3-structured tokenizer.json from cl100k_base ranks"
+  mkdir -p "$(dirname "$llama")"
+  "$py" scripts/bench_llama3_tokenizer.py "$tiktoken_dir/assets/cl100k_base.tiktoken" "$llama" >&2
+fi
+# GPT-2 as a tokenizer.json, for datatrove (which takes nothing else).
+gpt2_json="$work/gpt2/tokenizer.json"
+mkdir -p "$(dirname "$gpt2_json")"
+"$py" - "$gpt2/vocab.json" "$gpt2/merges.txt" "$gpt2_json" <<'PY'
+import sys
+from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
+tokenizer = Tokenizer(models.BPE.from_file(sys.argv[1], sys.argv[2]))
+tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+tokenizer.decoder = decoders.ByteLevel()
+tokenizer.add_special_tokens([AddedToken("<|endoftext|>", special=True)])
+tokenizer.save(sys.argv[3])
+PY
+cat > "$work/llama3.toml" <<TOML
+name = "bench-pile-llama3-style-1024"
+[splits]
+train = ["corpus/train-*.jsonl.zst"]
+[tokenizer]
+path = "llama3-style/tokenizer.json"
+eos_token = "<|endoftext|>"
+[sequence]
+seq_len = 1024
+TOML
+
+# The first $cores shards as they are, and the same documents as one shard.
+rm -rf "$work/corpus-many" "$work/corpus-one"
+mkdir -p "$work/corpus-many" "$work/corpus-one"
+for shard in $(ls "$corpus"/train-*.jsonl.zst | head -n "$cores"); do ln -s "$shard" "$work/corpus-many/"; done
+"$py" - "$work/corpus-one/train-00.jsonl.zst" "$work"/corpus-many/*.jsonl.zst <<'PY'
+import sys, zstandard
+with open(sys.argv[1], "wb") as out, zstandard.ZstdCompressor(level=3).stream_writer(out) as z:
+    for shard in sys.argv[2:]:
+        with open(shard, "rb") as f:
+            z.write(zstandard.ZstdDecompressor().stream_reader(f).read())
+PY
+for layout in one many; do
+  sed -e "s|corpus/train-\*|corpus-$layout/train-*|" -e "s|^name = .*|name = \"bench-shards-$layout\"|" "$work/pile.toml" > "$work/shards-$layout.toml"
+done
+
+# ferry prepare on a spec, from an empty cache: tokens/s as one JSON line.
+ferry_run() {
+  rm -rf "$peers/cache"
+  "$py" - "$ferry" "$1" "$peers/cache" <<'PY'
+import json, subprocess, sys, time
+ferry, spec, cache = sys.argv[1:]
+started = time.time()
+out = subprocess.run([ferry, "-q", "prepare", spec, "--cache", cache, "--json"], check=True, capture_output=True, text=True).stdout
+seconds = time.time() - started
+result = json.loads(out)
+manifest = json.load(open(f"{result['entry']}/manifest.json"))
+tokens = manifest["totals"]["tokens"] + manifest["totals"]["remainder_tokens"]
+print(json.dumps({"tokens": tokens, "seconds": seconds, "tokens_per_second": tokens / seconds,
+                  "encoder": manifest["tokenizer"]["encoder"], "fast_unavailable": manifest["tokenizer"].get("fast_unavailable")}))
+PY
+}
+for tokenizer in gpt2 llama3; do
+  case $tokenizer in
+    gpt2) spec="$work/pile.toml" hf_args=("$gpt2/vocab.json" "$gpt2/merges.txt") json=$gpt2_json ;;
+    llama3) spec="$work/llama3.toml" hf_args=("$llama" "<|endoftext|>") json=$llama ;;
+  esac
+  say "$tokenizer: ferry prepare ($cores workers)"
+  ferry_run "$spec" > "$peers/ferry-$tokenizer.json"
+  say "$tokenizer: Hugging Face recipe (num_proc=$cores)"
+  rm -rf "$peers/hf-cache"
+  "$py" scripts/bench_hf_recipe.py "${hf_args[@]}" 1024 "$cores" "$peers/hf-cache" "$corpus"/train-*.jsonl.zst > "$peers/hf-$tokenizer.json"
+  if "$py" -c "import datatrove" 2>/dev/null; then
+    say "$tokenizer: datatrove JsonlReader -> DocumentTokenizer ($cores workers)"
+    rm -rf "$peers/datatrove"
+    "$py" scripts/bench_datatrove.py "$json" "<|endoftext|>" "$cores" "$peers/datatrove" "$corpus" > "$peers/datatrove-$tokenizer.json" 2> "$peers/datatrove-$tokenizer.log"
+  fi
+done
+for layout in one many; do
+  say "ferry prepare, GPT-2, the first $cores shards as $layout"
+  ferry_run "$work/shards-$layout.toml" > "$peers/shards-$layout.json"
+done
+
+# ---- Encoder cores on one thread (benches/encoders.rs) -----------------------
+# Whatever encoders the bench compares (the fast core, tiktoken-rs, the
+# `tokenizers` crate) on one thread, from memory, on the first shard.
+for tokenizer in gpt2 llama3; do
+  spec=$([ "$tokenizer" = gpt2 ] && echo pile.toml || echo llama3.toml)
+  say "$tokenizer: encoder cores, one thread"
+  RAYON_NUM_THREADS=1 cargo bench --quiet --bench encoders -- "$work/$spec" "$corpus/train-00.jsonl.zst" \
+    > "$peers/encoders-$tokenizer.json" 2> "$peers/encoders-$tokenizer.log" ||
+    say "the encoders bench failed; see $peers/encoders-$tokenizer.log"
+done
+
+"$py" - "$peers" "$cores" <<'PY'
+import json, os, sys
+peers, cores = sys.argv[1], sys.argv[2]
+def load(name):
+    path = os.path.join(peers, name + ".json")
+    try:
+        return json.loads(open(path).read().strip().splitlines()[-1])
+    except (OSError, IndexError, ValueError):
+        return None
+mtps = lambda r: f"{r['tokens_per_second'] / 1e6:6.2f} M" if r else "     -  "
+targets = {"gpt2": 5, "llama3": 4}
+print(f"\nsame corpus, {cores} cores, tokens/s (higher is better)")
+print(f"{'tokenizer':10s} {'ferry':>10s} {'HF recipe':>10s} {'datatrove':>10s}  ferry/HF  ferry/datatrove  encoder")
+for tokenizer in ("gpt2", "llama3"):
+    ferry, hf, dt = load(f"ferry-{tokenizer}"), load(f"hf-{tokenizer}"), load(f"datatrove-{tokenizer}")
+    ratio_hf = ferry["tokens_per_second"] / hf["tokens_per_second"] if ferry and hf else None
+    ratio_dt = f"{ferry['tokens_per_second'] / dt['tokens_per_second']:6.2f}x" if ferry and dt else "   -   "
+    verdict = "" if ratio_hf is None else ("OK" if ratio_hf >= targets[tokenizer] else "MISSED")
+    why = f" ({ferry['fast_unavailable']})" if ferry and ferry.get("fast_unavailable") else ""
+    print(f"{tokenizer:10s} {mtps(ferry):>10s} {mtps(hf):>10s} {mtps(dt):>10s}  {ratio_hf or 0:6.2f}x   {ratio_dt}          "
+          f"{ferry['encoder'] if ferry else '-'}{why}  (target ferry/HF >= {targets[tokenizer]}x {verdict})")
+one, many = load("shards-one"), load("shards-many")
+if one and many:
+    ratio = one["tokens_per_second"] / many["tokens_per_second"]
+    print(f"ferry GPT-2, 1 shard {mtps(one)} vs {cores} shards {mtps(many)} of the same documents: "
+          f"{ratio:.2f} (target >= 0.80) {'OK' if ratio >= 0.8 else 'MISSED'}")
+print("encoder cores, one thread, from memory:")
+for tokenizer in ("gpt2", "llama3"):
+    result = load(f"encoders-{tokenizer}")
+    if not result:
+        print(f"  {tokenizer}: the encoders bench gave no result (see {peers}/encoders-{tokenizer}.log)")
+        continue
+    rates = {k: v["tokens_per_second"] for k, v in result.items() if isinstance(v, dict) and "tokens_per_second" in v}
+    print(f"  {tokenizer}: " + ", ".join(f"{k} {v / 1e6:.2f} M" for k, v in rates.items()))
+    fast, reference = rates.get("fast_bytelevel_bpe"), next((v for k, v in rates.items() if "tiktoken" in k), None)
+    if fast and reference:
+        print(f"  {tokenizer}: fast core / tiktoken-rs {fast / reference:.2f}x (target >= 3x) {'OK' if fast / reference >= 3 else 'MISSED'}")
+    elif fast:
+        print(f"  {tokenizer}: no tiktoken-rs line in this tree's encoders bench yet")
+PY

@@ -3,6 +3,7 @@
 `group_texts`. Prints one JSON line.
 
 Usage: bench_hf_recipe.py VOCAB MERGES SEQ_LEN NUM_PROC CACHE_DIR SHARD...
+   or: bench_hf_recipe.py TOKENIZER_JSON EOS_TOKEN SEQ_LEN NUM_PROC CACHE_DIR SHARD...
 """
 
 import json
@@ -16,10 +17,14 @@ vocab, merges, seq_len, num_proc, cache_dir, shards = (
     sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5], sys.argv[6:])
 datasets.disable_progress_bars()
 
-tokenizer = Tokenizer(models.BPE.from_file(vocab, merges))
-tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-tokenizer.decoder = decoders.ByteLevel()
-EOS = 50256
+if vocab.endswith("tokenizer.json"):
+    tokenizer = Tokenizer.from_file(vocab)
+    EOS = tokenizer.token_to_id(merges)
+else:
+    tokenizer = Tokenizer(models.BPE.from_file(vocab, merges))
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    EOS = 50256
 
 
 def tokenize(batch):

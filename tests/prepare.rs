@@ -148,3 +148,97 @@ fn a_cache_of_another_layout_version_is_refused_not_misread() {
     assert_eq!(output.status.code(), Some(1), "{}", common::describe(&output));
     assert!(String::from_utf8_lossy(&output.stderr).contains("layout version 99"), "{}", common::describe(&output));
 }
+
+/// Documents enough for several encoding batches in one shard, so batches are
+/// encoded concurrently and must still be written in input order.
+const SEVERAL_BATCHES: usize = 2800;
+
+#[test]
+fn one_shard_output_is_byte_identical_whatever_the_thread_count() {
+    let env = TestEnv::new();
+    env.shards("data", "train", 1, SEVERAL_BATCHES, 5);
+    let spec = env.write("spec.toml", gpt2_spec("one", "data/*.jsonl.zst", SMALL_SEQ));
+    let runs: Vec<serde_json::Value> = ["1", "2", "5"]
+        .iter()
+        .map(|jobs| {
+            let cache = env.path(&format!("cache-{jobs}"));
+            env.prepare(&spec, &["--jobs", jobs, "--cache", cache.to_str().unwrap()])
+        })
+        .collect();
+    let files: Vec<_> =
+        runs.iter().map(|run| entry_data_files(std::path::Path::new(run["entry"].as_str().unwrap()))).collect();
+    assert!(files[0].iter().any(|(name, _)| name.ends_with(".arrow")));
+    assert_eq!(files[0], files[1], "1 vs 2 threads");
+    assert_eq!(files[0], files[2], "1 vs 5 threads");
+    assert_eq!(runs[0]["totals"]["documents"].as_u64(), Some(SEVERAL_BATCHES as u64), "{}", runs[0]);
+}
+
+/// Every row's token ids, in the entry's file order.
+fn entry_rows(entry: &str) -> Vec<Vec<i32>> {
+    use arrow_array::cast::AsArray;
+    use arrow_array::types::Int32Type;
+    let mut rows = Vec::new();
+    for (name, bytes) in entry_data_files(std::path::Path::new(entry)) {
+        if !name.ends_with(".arrow") {
+            continue;
+        }
+        let reader = arrow_ipc::reader::StreamReader::try_new(std::io::Cursor::new(bytes), None).unwrap();
+        for batch in reader {
+            let batch = batch.unwrap();
+            let lists = batch.column_by_name("input_ids").unwrap().as_list::<i32>();
+            rows.extend(lists.iter().map(|row| row.unwrap().as_primitive::<Int32Type>().values().to_vec()));
+        }
+    }
+    rows
+}
+
+#[test]
+fn one_shard_gives_the_rows_of_the_same_documents_split_in_four() {
+    let env = TestEnv::new();
+    let quarters = env.shards("four", "train", 4, SEVERAL_BATCHES / 4, 6);
+    let mut joined = Vec::new();
+    for quarter in &quarters {
+        joined.extend(zstd::decode_all(std::fs::File::open(quarter).unwrap()).unwrap());
+    }
+    env.write("one/train-00.jsonl.zst", zstd::encode_all(&joined[..], 3).unwrap());
+    // One row per document: packing across the shard boundary is the only
+    // intended difference between the two layouts.
+    let one_row_each = "[sequence]\npack = \"none\"\n";
+    let one = env.write("one.toml", gpt2_spec("one", "one/*.jsonl.zst", one_row_each));
+    let four = env.write("four.toml", gpt2_spec("four", "four/*.jsonl.zst", one_row_each));
+    let one = env.prepare(&one, &["--jobs", "3"]);
+    let four = env.prepare(&four, &["--jobs", "3"]);
+    assert_eq!(one["shards_tokenized_here"], 1);
+    assert_eq!(four["shards_tokenized_here"], 4);
+    let rows = entry_rows(one["entry"].as_str().unwrap());
+    assert_eq!(rows.len(), SEVERAL_BATCHES);
+    assert!(rows == entry_rows(four["entry"].as_str().unwrap()), "same rows in the same order");
+    assert_eq!(one["totals"]["tokens"], four["totals"]["tokens"]);
+}
+
+#[test]
+fn a_bad_record_in_a_late_batch_fails_naming_its_line_whatever_the_thread_count() {
+    let env = TestEnv::new();
+    let good = |from: usize, count: usize| -> String {
+        (from..from + count).map(|i| format!("{{\"text\": \"document number {i} of a long shard\"}}\n")).collect()
+    };
+    let text = format!("{}{{\"text\": broken\n{}", good(0, 2500), good(2501, 300));
+    env.write("data/long.jsonl", &text);
+    let spec = env.write("spec.toml", gpt2_spec("bad", "data/*.jsonl", SMALL_SEQ));
+    for jobs in ["1", "3"] {
+        let output = env.run(&["prepare", spec.to_str().unwrap(), "--jobs", jobs]);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(1), "{}", common::describe(&output));
+        assert!(stderr.contains("long.jsonl line 2501") && stderr.contains("malformed JSON"), "{stderr}");
+        assert!(
+            !env.cache().join("entries").exists()
+                || std::fs::read_dir(env.cache().join("entries")).unwrap().next().is_none()
+        );
+    }
+    let skip = env.write(
+        "skip.toml",
+        gpt2_spec("skip", "data/*.jsonl", &format!("{SMALL_SEQ}[source]\non_bad_record = \"skip\"\n")),
+    );
+    let summary = env.prepare(&skip, &["--jobs", "3"]);
+    assert_eq!(summary["totals"]["documents"].as_u64(), Some(2800), "{summary}");
+}

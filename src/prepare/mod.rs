@@ -1,7 +1,9 @@
 //! `prepare`: resolve inputs, fingerprint, return the entry if it exists, else
 //! tokenize every shard in parallel and publish the entry atomically.
 
+mod budget;
 mod claims;
+mod pipeline;
 mod publish;
 mod shard;
 
@@ -172,6 +174,7 @@ pub fn prepare(spec: &Spec, cache: &CacheLayout, options: &PrepareOptions) -> Re
     let _lease = Lease::acquire(cache, &short, "build").map_err(PrepareError::io("taking a build lease"))?;
     let progress_file = progress_ticker(&build, spec, &located.fingerprint, tasks.len() as u64);
     let counters = Arc::new(BuildCounters::default());
+    let budget = budget::Budget::for_threads(options.workers);
     let context = shard::ShardContext {
         spec,
         encoders: &encoders,
@@ -179,6 +182,7 @@ pub fn prepare(spec: &Spec, cache: &CacheLayout, options: &PrepareOptions) -> Re
         columns: Columns::new(spec.output.token_type, &spec.sequence),
         build: &build,
         counters: &counters,
+        budget: &budget,
     };
     let pool = rayon::ThreadPoolBuilder::new()
         .num_threads(options.workers.max(1))

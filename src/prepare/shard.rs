@@ -1,27 +1,27 @@
 //! Tokenizes one input shard into Arrow part files and a shard record. Shards are
 //! independent, so a build runs them in parallel and resumes them one by one.
 
-use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::AtomicU64;
 use std::time::Instant;
 
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 
-use crate::cache::formats::RowSink;
 use crate::cache::layout::BuildLayout;
 use crate::cache::manifest::{Counts, InputRecord};
-use crate::cache::writer::{Columns, PartWriter, WriteError, WrittenFile};
+use crate::cache::writer::{Columns, WriteError, WrittenFile};
 use crate::inputs::InputFile;
-use crate::pack::Packer;
-use crate::source::{self, Document, Item, RecordProblem, Selector, SourceError};
-use crate::spec::{BadRecordPolicy, Spec};
+use crate::source::{self, Document, RecordProblem, Selector, SourceError};
+use crate::spec::Spec;
 use crate::tokenizer::{EncoderKind, Encoders};
 
+use super::budget::Budget;
+use super::pipeline;
+
 /// Documents tokenized together (in parallel) before packing.
-const BATCH_DOCUMENTS: usize = 1024;
-const BATCH_TEXT_BYTES: usize = 8 << 20;
+pub(super) const BATCH_DOCUMENTS: usize = 1024;
+pub(super) const BATCH_TEXT_BYTES: usize = 8 << 20;
 /// With the fast encoder, every n-th document of a shard is also encoded by the
 /// reference encoder and must give the same ids.
 pub const SAMPLE_EVERY: u64 = 128;
@@ -87,6 +87,8 @@ pub struct ShardContext<'a> {
     pub columns: Columns,
     pub build: &'a BuildLayout,
     pub counters: &'a BuildCounters,
+    /// Batches in flight across every shard of the build.
+    pub budget: &'a Budget,
 }
 
 impl ShardContext<'_> {
@@ -107,61 +109,19 @@ impl ShardContext<'_> {
     pub fn run(&self, task: &ShardTask, kind: EncoderKind) -> Result<ShardRecord, ShardError> {
         let started = Instant::now();
         let path = &task.input.path;
-        let mut reader = source::open(path, self.spec.source.format, &self.selector)?;
-        let sequence = &self.spec.sequence;
-        let mut packer = Packer::new(sequence.pack, sequence.seq_len);
-        let build = self.build;
-        let arrow = PartWriter::new(self.columns, self.spec.output.target_shard_bytes, |part| {
-            build.part_file(&task.split, task.shard, part)
-        });
-        let output = &self.spec.output;
-        let mut writer = RowSink::new(arrow, &output.formats, output.token_type, build, &task.split, task.shard)?;
-        let mut counts = Counts { input_bytes: task.input.size, ..Counts::default() };
-        let mut skipped: BTreeMap<String, u64> = BTreeMap::new();
-        let mut batch: Vec<Document> = Vec::with_capacity(BATCH_DOCUMENTS);
-        let mut batch_bytes = 0;
-        let mut reported_bytes = 0;
-        let mut finished = false;
-        while !finished {
-            match reader.next_item()? {
-                Some(Item::Document(document)) => {
-                    batch_bytes += document.text.len();
-                    batch.push(document);
-                }
-                Some(Item::Filtered) => counts.filtered_documents += 1,
-                Some(Item::Bad { record, problem }) => match self.spec.source.on_bad_record {
-                    BadRecordPolicy::Fail => return Err(ShardError::BadRecord { path: path.clone(), record, problem }),
-                    BadRecordPolicy::Skip => *skipped.entry(problem.reason().to_string()).or_default() += 1,
-                },
-                None => finished = true,
-            }
-            if batch.len() >= BATCH_DOCUMENTS || batch_bytes >= BATCH_TEXT_BYTES || (finished && !batch.is_empty()) {
-                let first_index = counts.documents;
-                let encoded = self.encode_batch(path, &batch, first_index, kind)?;
-                for ids in &encoded {
-                    packer.push(ids, |row| writer.push_row(row))?;
-                }
-                let tokens: u64 = encoded.iter().map(|ids| ids.len() as u64).sum();
-                counts.documents += batch.len() as u64;
-                self.counters.documents.fetch_add(batch.len() as u64, Ordering::Relaxed);
-                self.counters.tokens.fetch_add(tokens, Ordering::Relaxed);
-                let read = reader.input_bytes_read();
-                self.counters.input_bytes.fetch_add(read - reported_bytes, Ordering::Relaxed);
-                reported_bytes = read;
-                batch.clear();
-                batch_bytes = 0;
-            }
-        }
-        // Count the bytes not yet reported (compressed tails, filtered records).
-        self.counters.input_bytes.fetch_add(task.input.size.saturating_sub(reported_bytes), Ordering::Relaxed);
-        let stats = packer.finish();
-        let written = writer.finish()?;
-        let files = written.arrow;
-        counts.skipped_records = skipped;
-        counts.rows = files.iter().map(|f| f.rows).sum();
-        counts.tokens = files.iter().map(|f| f.tokens).sum();
-        counts.remainder_tokens = stats.remainder_tokens;
-        counts.truncated_tokens = stats.truncated_tokens;
+        let reader = source::open(path, self.spec.source.format, &self.selector)?;
+        let (read, written) = pipeline::run(self, task, kind, reader)?;
+        let counts = Counts {
+            input_bytes: task.input.size,
+            documents: read.documents,
+            filtered_documents: read.filtered,
+            skipped_records: read.skipped,
+            rows: written.files.iter().map(|f| f.rows).sum(),
+            tokens: written.files.iter().map(|f| f.tokens).sum(),
+            remainder_tokens: written.stats.remainder_tokens,
+            truncated_tokens: written.stats.truncated_tokens,
+        };
+        let (files, format_files) = (written.files, written.formats);
         let record = ShardRecord {
             split: task.split.clone(),
             shard: task.shard,
@@ -169,7 +129,7 @@ impl ShardContext<'_> {
             encoder: kind,
             counts,
             files,
-            format_files: written.formats,
+            format_files,
             seconds: started.elapsed().as_secs_f64(),
             host: crate::fsutil::host_name(),
             pid: std::process::id(),
@@ -182,7 +142,7 @@ impl ShardContext<'_> {
 
     /// Encodes documents in parallel (order kept), checking sampled documents
     /// against the reference encoder when the fast one is used.
-    fn encode_batch(
+    pub(super) fn encode_batch(
         &self,
         path: &std::path::Path,
         batch: &[Document],

@@ -1,0 +1,208 @@
+//! One shard as a pipeline that keeps every core busy with few shards: the
+//! shard's thread reads and batches documents, the worker pool encodes several
+//! batches at once, and one writer thread packs and writes them in input order.
+//! Batch boundaries depend only on the input and rows are emitted in batch
+//! order, so the output is the same whatever the thread count and scheduling.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{Receiver, Sender, channel};
+
+use crate::cache::formats::RowSink;
+use crate::cache::writer::{PartWriter, WrittenFile};
+use crate::pack::{PackStats, Packer};
+use crate::source::{Document, DocumentReader, Item};
+use crate::spec::BadRecordPolicy;
+use crate::tokenizer::EncoderKind;
+
+use super::budget::Slot;
+use super::shard::{BATCH_DOCUMENTS, BATCH_TEXT_BYTES, ShardContext, ShardError, ShardTask};
+
+/// A batch's encoded documents (or why there are none), in input order.
+struct Encoded<'a> {
+    sequence: u64,
+    result: Result<Vec<Vec<u32>>, ShardError>,
+    _slot: Option<Slot<'a>>,
+}
+
+/// What reading the shard counted.
+#[derive(Debug, Default)]
+pub(super) struct ReadTotals {
+    pub documents: u64,
+    pub filtered: u64,
+    pub skipped: BTreeMap<String, u64>,
+}
+
+/// What writing the shard produced.
+pub(super) struct Written {
+    pub stats: PackStats,
+    pub files: Vec<WrittenFile>,
+    /// Token parts for the extra output formats (none without them).
+    pub formats: Vec<WrittenFile>,
+}
+
+/// Reads, encodes, packs and writes one shard; the first error in input order wins.
+pub(super) fn run(
+    context: &ShardContext,
+    task: &ShardTask,
+    kind: EncoderKind,
+    reader: Box<dyn DocumentReader>,
+) -> Result<(ReadTotals, Written), ShardError> {
+    let sequence = &context.spec.sequence;
+    let packer = Packer::new(sequence.pack, sequence.seq_len);
+    let build = context.build;
+    let arrow = PartWriter::new(context.columns, context.spec.output.target_shard_bytes, |part| {
+        build.part_file(&task.split, task.shard, part)
+    });
+    let output = &context.spec.output;
+    let writer = RowSink::new(arrow, &output.formats, output.token_type, build, &task.split, task.shard)?;
+    let cancelled = AtomicBool::new(false);
+    let (sender, receiver) = channel();
+    std::thread::scope(|threads| {
+        let cancelled = &cancelled;
+        let writing = threads.spawn(move || write_in_order(context, receiver, packer, writer, cancelled));
+        let totals = rayon::in_place_scope(|pool| {
+            let mut batches = Batches { context, task, kind, reader, sender, cancelled, next: 0, reported: 0 };
+            let totals = batches.read_all(pool);
+            // The writer's input ends once every encoding task has sent its batch.
+            drop(batches);
+            totals
+        });
+        let written = writing.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+        Ok((totals, written?))
+    })
+}
+
+/// The reading end: batches documents and hands each to the pool.
+struct Batches<'a> {
+    context: &'a ShardContext<'a>,
+    task: &'a ShardTask,
+    kind: EncoderKind,
+    reader: Box<dyn DocumentReader>,
+    sender: Sender<Encoded<'a>>,
+    cancelled: &'a AtomicBool,
+    /// The next batch's place in the shard.
+    next: u64,
+    /// Input bytes already added to the progress counters.
+    reported: u64,
+}
+
+impl<'a> Batches<'a> {
+    /// Reads to the end or to the first problem, which goes to the writer in order.
+    fn read_all<'scope>(&mut self, pool: &rayon::Scope<'scope>) -> ReadTotals
+    where
+        'a: 'scope,
+    {
+        let mut totals = ReadTotals::default();
+        if let Err(err) = self.read_into(pool, &mut totals) {
+            let _ = self.sender.send(Encoded { sequence: self.next, result: Err(err), _slot: None });
+        }
+        // Count the bytes not yet reported (compressed tails, filtered records).
+        let unreported = self.task.input.size.saturating_sub(self.reported);
+        self.context.counters.input_bytes.fetch_add(unreported, Ordering::Relaxed);
+        totals
+    }
+
+    fn read_into<'scope>(&mut self, pool: &rayon::Scope<'scope>, totals: &mut ReadTotals) -> Result<(), ShardError>
+    where
+        'a: 'scope,
+    {
+        let path = &self.task.input.path;
+        let mut batch: Vec<Document> = Vec::with_capacity(BATCH_DOCUMENTS);
+        let mut batch_bytes = 0;
+        let mut finished = false;
+        while !finished && !self.cancelled.load(Ordering::Relaxed) {
+            match self.reader.next_item()? {
+                Some(Item::Document(document)) => {
+                    batch_bytes += document.text.len();
+                    batch.push(document);
+                }
+                Some(Item::Filtered) => totals.filtered += 1,
+                Some(Item::Bad { record, problem }) => match self.context.spec.source.on_bad_record {
+                    BadRecordPolicy::Fail => return Err(ShardError::BadRecord { path: path.clone(), record, problem }),
+                    BadRecordPolicy::Skip => *totals.skipped.entry(problem.reason().to_string()).or_default() += 1,
+                },
+                None => finished = true,
+            }
+            if batch.len() >= BATCH_DOCUMENTS || batch_bytes >= BATCH_TEXT_BYTES || (finished && !batch.is_empty()) {
+                let documents = std::mem::replace(&mut batch, Vec::with_capacity(BATCH_DOCUMENTS));
+                let first_index = totals.documents;
+                totals.documents += documents.len() as u64;
+                self.dispatch(pool, documents, first_index);
+                batch_bytes = 0;
+            }
+        }
+        Ok(())
+    }
+
+    /// Queues one batch for encoding once the build's budget has room for it.
+    fn dispatch<'scope>(&mut self, pool: &rayon::Scope<'scope>, documents: Vec<Document>, first_index: u64)
+    where
+        'a: 'scope,
+    {
+        let slot = self.context.budget.acquire();
+        let read = self.reader.input_bytes_read();
+        self.context.counters.input_bytes.fetch_add(read.saturating_sub(self.reported), Ordering::Relaxed);
+        self.reported = self.reported.max(read);
+        let sequence = self.next;
+        self.next += 1;
+        let (context, kind, cancelled) = (self.context, self.kind, self.cancelled);
+        let path: &'a Path = &self.task.input.path;
+        let sender = self.sender.clone();
+        pool.spawn(move |_| {
+            // After a failure the writer only drains: skip the work.
+            if cancelled.load(Ordering::Relaxed) {
+                return;
+            }
+            let result = context.encode_batch(path, &documents, first_index, kind);
+            drop(documents);
+            let _ = sender.send(Encoded { sequence, result, _slot: Some(slot) });
+        });
+    }
+}
+
+/// The writing end, the one place rows are emitted: takes encoded batches in
+/// input order, packs them into rows and writes the rows.
+fn write_in_order<F: Fn(usize) -> std::path::PathBuf>(
+    context: &ShardContext,
+    receiver: Receiver<Encoded>,
+    mut packer: Packer,
+    mut writer: RowSink<F>,
+    cancelled: &AtomicBool,
+) -> Result<Written, ShardError> {
+    let mut waiting: BTreeMap<u64, Encoded> = BTreeMap::new();
+    let mut next = 0;
+    let mut failure = None;
+    // Ends when the reader and every encoding task are done sending.
+    for encoded in receiver {
+        if failure.is_some() {
+            continue;
+        }
+        waiting.insert(encoded.sequence, encoded);
+        while let Some(encoded) = waiting.remove(&next) {
+            next += 1;
+            let emitted = encoded.result.and_then(|documents| {
+                for ids in &documents {
+                    packer.push(ids, |row| writer.push_row(row))?;
+                }
+                let tokens: u64 = documents.iter().map(|ids| ids.len() as u64).sum();
+                context.counters.documents.fetch_add(documents.len() as u64, Ordering::Relaxed);
+                context.counters.tokens.fetch_add(tokens, Ordering::Relaxed);
+                Ok(())
+            });
+            if let Err(err) = emitted {
+                cancelled.store(true, Ordering::Relaxed);
+                failure = Some(err);
+                waiting.clear();
+                break;
+            }
+        }
+    }
+    if let Some(err) = failure {
+        return Err(err);
+    }
+    let stats = packer.finish();
+    let written = writer.finish()?;
+    Ok(Written { stats, files: written.arrow, formats: written.formats })
+}
