@@ -59,6 +59,7 @@ if ip link show "$bridge" >/dev/null 2>&1; then
   echo "a network device $bridge exists and was not made for $dir; set FERRY_MULTINODE_PREFIX" >&2
   exit 1
 fi
+trap 'echo "setting up the cluster failed; undoing what was set up" >&2; stop' ERR
 mkdir -p "$dir"/{state,run,log,scratch,munge}
 : > "$dir/network"
 : > "$dir/pids"
