@@ -146,7 +146,7 @@ chown munge:munge "$dir/munge"
 chmod 711 "$dir/munge"
 setpriv --reuid munge --regid munge --clear-groups \
   munged -F --socket="$dir/munge/munge.socket" --pid-file="$dir/munge/munged.pid" \
-  --seed-file="$dir/munge/munged.seed" --log-file="$dir/munge/munged.log" 2>/dev/null &
+  --seed-file="$dir/munge/munged.seed" --log-file="$dir/munge/munged.log" > /dev/null 2>&1 &
 echo $! >> "$dir/pids"
 for _ in $(seq 50); do [ -S "$dir/munge/munge.socket" ] && break; sleep 0.1; done
 if [ ! -S "$dir/munge/munge.socket" ]; then
