@@ -251,7 +251,7 @@ fn a_node_killed_mid_build_is_taken_over_and_its_leases_expire() {
     );
     let short = [("FERRY_HEARTBEAT_INTERVAL", "1s"), ("FERRY_STALE_AGE", "4s")];
     // Without a takeover the survivors would wait for the dead node forever: a time limit ends the job.
-    let job_args = ["--nodes=3", "--ntasks=3", "--cpus-per-task=1", "--time=4"];
+    let job_args = ["--nodes=3", "--ntasks=3", "--cpus-per-task=1", "--time=6"];
     let job = sbatch_spawn(&env, &conf, &job_args, &script, &short);
     let killed = kill_node_mid_build(&conf, &env.cache(), "node2");
     sbatch_finish(&env, job);
