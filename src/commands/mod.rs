@@ -22,6 +22,11 @@ use crate::settings::Settings;
 pub fn run(cli: Cli) -> anyhow::Result<()> {
     let progress = if cli.quiet { ProgressMode::Hidden } else { ProgressMode::Auto };
     let settings = Settings::load()?;
+    let [heartbeat, stale_age] = settings.liveness()?;
+    crate::cache::lease::configure(crate::cache::lease::Liveness {
+        heartbeat: heartbeat.value,
+        stale_age: stale_age.value,
+    });
     let dest = |flag: Option<PathBuf>| -> anyhow::Result<PathBuf> {
         let dest = settings.dest(flag).map(|s| s.value).ok_or_else(|| {
             UserError("no destination: pass --dest DIR, run inside a Slurm job that sets SLURM_TMPDIR, or set dest in the site config".into())

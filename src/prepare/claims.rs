@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex};
 
 use serde::{Deserialize, Serialize};
 
-use crate::cache::lease::{self, HEARTBEAT};
+use crate::cache::lease;
 use crate::fsutil;
 use crate::progress::Ticker;
 
@@ -67,7 +67,7 @@ impl Claims {
     pub fn new() -> Claims {
         let held: Arc<Mutex<HashSet<PathBuf>>> = Arc::default();
         let touched = held.clone();
-        let heartbeat = Ticker::every(HEARTBEAT, move || {
+        let heartbeat = Ticker::every(lease::liveness().heartbeat, move || {
             let paths: Vec<PathBuf> = touched.lock().unwrap_or_else(|e| e.into_inner()).iter().cloned().collect();
             for path in paths {
                 let _ = fsutil::touch(&path);
@@ -100,7 +100,7 @@ impl Claims {
 }
 
 /// Whether the claim's owner is provably gone: on this host its pid no longer
-/// exists; elsewhere its heartbeat is older than the expiry.
+/// exists; elsewhere its heartbeat is older than the stale age.
 pub fn owner_is_dead(path: &Path) -> bool {
     let Some(age) = lease::heartbeat_age(path) else { return false };
     let owner: Option<Owner> = std::fs::read(path).ok().and_then(|bytes| serde_json::from_slice(&bytes).ok());
