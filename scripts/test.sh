@@ -58,8 +58,9 @@ fi
 # --- megatron-core, to read the Megatron files back (its own venv) --------------
 # megatron-core imports torch; PyPI has only the CUDA build of torch (about 5 GB with
 # its nvidia-* wheels, measured at 7.5 minutes to install), so it gets its own venv,
-# kept between runs. FERRY_TEST_MEGATRON=0 skips it (the Megatron read-back test then skips).
-megatron_venv=${FERRY_TEST_MEGATRON_VENV:-$root/target/megatron-venv}
+# kept between runs outside the checkout, so a fresh clone reuses it.
+# FERRY_TEST_MEGATRON=0 skips it (the Megatron read-back test then skips).
+megatron_venv=${FERRY_TEST_MEGATRON_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/ferry-test/megatron-venv}
 megatron_import='from megatron.core.datasets.indexed_dataset import IndexedDataset; import pyarrow'
 if [ "${FERRY_TEST_MEGATRON:-1}" = 0 ]; then
   skip "FERRY_TEST_MEGATRON=0: the megatron-core read-back test will be skipped"
