@@ -2,9 +2,13 @@
 //! or the embedded GPT-2) as the reference, the guarded fast path beside it, and
 //! the BOS/EOS rule.
 
+mod added;
+mod bpe;
 mod bytelevel;
 mod fast;
 mod gpt2;
+mod pretokenize;
+mod recognize;
 
 use std::path::{Path, PathBuf};
 
@@ -41,7 +45,7 @@ pub enum TokenizerError {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum EncoderKind {
-    /// tiktoken's byte-level BPE core, guarded by sampled comparison.
+    /// ferry's byte-level BPE encoder (`tokenizer::fast`), guarded by sampled comparison.
     FastBytelevelBpe,
     /// The Hugging Face `tokenizers` crate.
     Tokenizers,
