@@ -51,6 +51,16 @@ pub enum EncoderKind {
     Tokenizers,
 }
 
+impl EncoderKind {
+    /// The name the manifest and `prepare --json` use.
+    pub fn name(self) -> &'static str {
+        match self {
+            EncoderKind::FastBytelevelBpe => "fast_bytelevel_bpe",
+            EncoderKind::Tokenizers => "tokenizers",
+        }
+    }
+}
+
 /// The text of the tokenizer named by the spec, before parsing.
 fn tokenizer_text(spec: &Spec) -> Result<(String, String), TokenizerError> {
     let tokenizer = &spec.tokenizer;
