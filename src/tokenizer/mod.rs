@@ -8,6 +8,7 @@ mod bytelevel;
 mod fast;
 mod gpt2;
 mod pretokenize;
+mod ranks;
 mod recognize;
 
 use std::path::{Path, PathBuf};
@@ -18,6 +19,7 @@ use crate::cache::memo::memoized_hash;
 use crate::spec::Spec;
 pub use fast::FastEncoder;
 pub use gpt2::builtin_tokenizer_json as builtin_gpt2_json;
+pub use ranks::{Ranks, llama3_style_tokenizer_json};
 
 #[derive(Debug, thiserror::Error)]
 pub enum TokenizerError {
