@@ -1,10 +1,10 @@
 //! Regex pre-tokenization with the `tokenizers` crate's `Split` semantics: each
 //! step splits every piece of the step before it, as its own string (so `$` and
 //! look-arounds see only that piece), and keeps or drops the matches as its
-//! `behavior` and `invert` say. The regex engine is `fancy-regex`, the one the
-//! `tokenizers` build here uses, so patterns mean exactly what they mean there.
+//! `behavior` and `invert` say. Patterns mean what they mean to `fancy-regex`,
+//! the engine the `tokenizers` build here uses (see `split_regex`).
 
-use fancy_regex::Regex;
+use super::split_regex::SplitRegex;
 
 /// GPT-2's split, which `ByteLevel` applies itself when `use_regex` is true.
 pub const BYTE_LEVEL_PATTERN: &str = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+";
@@ -33,7 +33,7 @@ impl Behavior {
 }
 
 pub struct SplitStep {
-    pub regex: Regex,
+    pub regex: SplitRegex,
     pub behavior: Behavior,
     pub invert: bool,
 }
@@ -71,18 +71,16 @@ impl PreTokenizer {
 }
 
 /// The partition of `piece` into matched and unmatched parts (`Pattern::find_matches`).
-/// A regex error (its backtracking limit) ends the matches there, as in `tokenizers`.
-fn find_matches(regex: &Regex, piece: &str, invert: bool, matches: &mut Vec<(Span, bool)>) {
+fn find_matches(regex: &SplitRegex, piece: &str, invert: bool, matches: &mut Vec<(Span, bool)>) {
     matches.clear();
     let mut previous = 0;
-    for found in regex.find_iter(piece) {
-        let Ok(found) = found else { break };
-        if previous != found.start() {
-            matches.push(((previous, found.start()), invert));
+    regex.for_each_match(piece, &mut |start, end| {
+        if previous != start {
+            matches.push(((previous, start), invert));
         }
-        matches.push(((found.start(), found.end()), !invert));
-        previous = found.end();
-    }
+        matches.push(((start, end), !invert));
+        previous = end;
+    });
     if previous != piece.len() {
         matches.push(((previous, piece.len()), invert));
     }
@@ -133,7 +131,7 @@ mod tests {
     use super::*;
 
     fn pieces(behavior: Behavior, invert: bool, text: &str) -> Vec<&str> {
-        let step = SplitStep { regex: Regex::new("-").unwrap(), behavior, invert };
+        let step = SplitStep { regex: SplitRegex::new("-").unwrap(), behavior, invert };
         let mut spans = Vec::new();
         PreTokenizer::new(vec![step]).split(text, &mut spans);
         spans.into_iter().map(|(start, end)| &text[start..end]).collect()

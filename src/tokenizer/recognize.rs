@@ -11,6 +11,7 @@ use super::added::AddedToken;
 use super::bpe::{BytePairMerger, Merge};
 use super::bytelevel::{byte_to_char, token_to_bytes};
 use super::pretokenize::{BYTE_LEVEL_PATTERN, Behavior, SplitStep};
+use super::split_regex::SplitRegex;
 
 /// Whether the normalizer is NFC (possibly in a `Sequence`), none, or something else.
 pub fn normalizer_is_nfc(normalizer: &Value) -> Result<bool, String> {
@@ -65,8 +66,8 @@ fn split_step(split: &Value) -> Result<SplitStep, String> {
     Ok(SplitStep { regex, behavior, invert: split["invert"] == true })
 }
 
-fn compile(pattern: &str) -> Result<fancy_regex::Regex, String> {
-    fancy_regex::Regex::new(pattern).map_err(|err| format!("cannot compile the split pattern {pattern:?}: {err}"))
+fn compile(pattern: &str) -> Result<SplitRegex, String> {
+    SplitRegex::new(pattern)
 }
 
 /// The added tokens, refusing those whose matching depends on surrounding spaces or words.
