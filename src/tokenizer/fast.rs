@@ -47,3 +47,29 @@ impl FastEncoder {
         Some(ids)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn gpt2_with(change: impl Fn(&mut Value)) -> Result<FastEncoder, String> {
+        let mut serialized: Value = serde_json::from_str(super::super::builtin_gpt2_json().unwrap()).unwrap();
+        change(&mut serialized);
+        FastEncoder::for_tokenizer(&serialized)
+    }
+
+    #[test]
+    fn components_it_cannot_reproduce_are_named() {
+        assert!(gpt2_with(|_| {}).is_ok());
+        let reason = |change: &dyn Fn(&mut Value)| gpt2_with(change).err().unwrap();
+        let metaspace = json!({"type": "Metaspace", "replacement": "▁", "prepend_scheme": "always", "split": false});
+        assert!(reason(&|t| t["pre_tokenizer"] = metaspace.clone()).contains("does not end in ByteLevel"));
+        assert!(reason(&|t| t["normalizer"] = json!({"type": "Lowercase"})).contains("Lowercase is not NFC"));
+        assert!(reason(&|t| t["model"]["byte_fallback"] = json!(true)).contains("byte fallback"));
+        assert!(reason(&|t| t["model"]["dropout"] = json!(0.1)).contains("dropout"));
+        assert!(reason(&|t| t["pre_tokenizer"]["add_prefix_space"] = json!(true)).contains("prefix space"));
+        let stripped = |t: &mut Value| t["added_tokens"][0]["lstrip"] = json!(true);
+        assert!(reason(&stripped).contains("strips spaces"));
+    }
+}
