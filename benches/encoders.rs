@@ -3,6 +3,15 @@
 //!
 //! `cargo bench --bench encoders -- SPEC SHARD...` (the shards' `text` fields are
 //! loaded first; only encoding is timed). Prints one JSON line.
+//!
+//! `cargo bench --bench encoders -- --cores TEXT_FILE...` compares the fast core
+//! with tiktoken-rs on one thread, on GPT-2 and on a Llama-3-structured tokenizer
+//! with the 100k `cl100k_base` vocabulary, over the files cut into documents;
+//! prints one JSON line per vocabulary with tokens/s of each, their ratio, and how
+//! many documents' ids differ from tiktoken-rs and (on a sample) from `tokenizers`.
+
+#[path = "encoders/cores.rs"]
+mod cores;
 
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -20,6 +29,9 @@ fn cpu_seconds() -> f64 {
 
 fn main() -> anyhow::Result<()> {
     let args: Vec<String> = std::env::args().skip(1).filter(|a| a != "--bench").collect();
+    if args.first().map(String::as_str) == Some("--cores") {
+        return cores::run(&args[1..]);
+    }
     let Some((spec_path, shards)) = args.split_first() else {
         eprintln!("usage: cargo bench --bench encoders -- SPEC SHARD...");
         return Ok(());

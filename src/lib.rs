@@ -13,7 +13,8 @@
 //! - `cache`: `layout` (every path), `memo`, `writer` (Arrow + `datasets` files), `manifest`,
 //!   `formats` (Megatron indexed datasets and flat token files beside the Arrow files).
 //! - `source`: streaming readers for JSON lines (plain, zstd, gzip) and Parquet.
-//! - `tokenizer`: tokenizer loading, the guarded fast encoder, BOS/EOS rules.
+//! - `tokenizer`: tokenizer loading, the guarded fast byte-level BPE encoder (added tokens, NFC,
+//!   split regexes, merges with a per-thread cache), BOS/EOS rules.
 //! - `pack`: documents to rows (`concat`, `truncate`, `none`).
 //! - `prepare`: build an entry (parallel over shards, resumable) and publish it.
 //! - `stage`: mirror the cache into a node-local destination and copy the active entry (`plan`, `mirror`, `copy`, `state`).

@@ -41,6 +41,8 @@ fn summary_json(prepared: &Prepared, seconds: f64) -> serde_json::Value {
         "built": prepared.built,
         "shards_tokenized_here": prepared.shards_tokenized_here,
         "totals": manifest.totals,
+        "encoder": manifest.tokenizer.encoder,
+        "fast_unavailable": manifest.tokenizer.fast_unavailable,
         "seconds": seconds,
     })
 }
@@ -64,6 +66,11 @@ fn print_summary(prepared: &Prepared, elapsed: std::time::Duration) {
             progress::per_second(counts.tokens, elapsed),
             prepared.shards_tokenized_here,
         );
+        let tokenizer = &manifest.tokenizer;
+        match &tokenizer.fast_unavailable {
+            Some(reason) => println!("encoder {} (fast path off: {reason})", tokenizer.encoder.name()),
+            None => println!("encoder {}", tokenizer.encoder.name()),
+        }
     } else {
         println!("cached {}: {} tokens in {} rows (nothing to do)", manifest.name, counts.tokens, counts.rows);
     }

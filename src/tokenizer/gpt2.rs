@@ -103,7 +103,7 @@ fn byte_level_tokenizer_json(
 /// A merge of two byte strings into one token.
 type Merge = (Vec<u8>, Vec<u8>);
 
-fn merges_from_ranks(ranks: &[Vec<u8>]) -> Result<Vec<Merge>, String> {
+pub(super) fn merges_from_ranks(ranks: &[Vec<u8>]) -> Result<Vec<Merge>, String> {
     let rank_of: HashMap<&[u8], usize> =
         ranks.iter().enumerate().map(|(rank, bytes)| (bytes.as_slice(), rank)).collect();
     let mut merges = Vec::new();
@@ -126,7 +126,7 @@ fn merges_from_ranks(ranks: &[Vec<u8>]) -> Result<Vec<Merge>, String> {
             }
         }
         if bounds.len() != 3 {
-            return Err(format!("embedded GPT-2 rank {rank} does not come from a single merge"));
+            return Err(format!("rank {rank} does not come from a single merge"));
         }
         merges.push((token[..bounds[1]].to_vec(), token[bounds[1]..].to_vec()));
     }

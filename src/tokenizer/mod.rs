@@ -2,9 +2,15 @@
 //! or the embedded GPT-2) as the reference, the guarded fast path beside it, and
 //! the BOS/EOS rule.
 
+mod added;
+mod bpe;
 mod bytelevel;
 mod fast;
 mod gpt2;
+mod pretokenize;
+mod ranks;
+mod recognize;
+mod split_regex;
 
 use std::path::{Path, PathBuf};
 
@@ -14,6 +20,7 @@ use crate::cache::memo::memoized_hash;
 use crate::spec::Spec;
 pub use fast::FastEncoder;
 pub use gpt2::builtin_tokenizer_json as builtin_gpt2_json;
+pub use ranks::{Ranks, llama3_style_tokenizer_json};
 
 #[derive(Debug, thiserror::Error)]
 pub enum TokenizerError {
@@ -41,10 +48,20 @@ pub enum TokenizerError {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum EncoderKind {
-    /// tiktoken's byte-level BPE core, guarded by sampled comparison.
+    /// ferry's byte-level BPE encoder (`tokenizer::fast`), guarded by sampled comparison.
     FastBytelevelBpe,
     /// The Hugging Face `tokenizers` crate.
     Tokenizers,
+}
+
+impl EncoderKind {
+    /// The name the manifest and `prepare --json` use.
+    pub fn name(self) -> &'static str {
+        match self {
+            EncoderKind::FastBytelevelBpe => "fast_bytelevel_bpe",
+            EncoderKind::Tokenizers => "tokenizers",
+        }
+    }
 }
 
 /// The text of the tokenizer named by the spec, before parsing.

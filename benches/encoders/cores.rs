@@ -1,0 +1,77 @@
+//! The fast core against tiktoken-rs on one thread, same documents, same vocabulary.
+
+use std::path::Path;
+use std::time::Instant;
+
+use ferry::tokenizer::{FastEncoder, Ranks, builtin_gpt2_json, llama3_style_tokenizer_json};
+use serde_json::{Value, json};
+use tiktoken_rs::CoreBPE;
+
+/// Documents are cut from the files at line ends once this long, like real corpora's records.
+const DOCUMENT_BYTES: usize = 16 * 1024;
+/// Documents also encoded with `tokenizers` to check the fast core's ids.
+const REFERENCE_SAMPLE: usize = 300;
+
+pub fn run(files: &[String]) -> anyhow::Result<()> {
+    let documents = documents(files)?;
+    let bytes: usize = documents.iter().map(String::len).sum();
+    eprintln!("{} documents, {bytes} bytes", documents.len());
+    let gpt2: Value = serde_json::from_str(builtin_gpt2_json().map_err(anyhow::Error::msg)?)?;
+    compare("gpt2", &gpt2, &tiktoken_rs::r50k_base()?, &documents)?;
+    let llama3_style = llama3_style_tokenizer_json(Ranks::Cl100kBase).map_err(anyhow::Error::msg)?;
+    compare("llama3_style_cl100k", &llama3_style, &tiktoken_rs::cl100k_base()?, &documents)?;
+    Ok(())
+}
+
+fn documents(files: &[String]) -> anyhow::Result<Vec<String>> {
+    let mut documents = Vec::new();
+    for file in files {
+        let text = String::from_utf8_lossy(&fs_err::read(Path::new(file))?).into_owned();
+        let mut document = String::new();
+        for line in text.split_inclusive('\n') {
+            document.push_str(line);
+            if document.len() >= DOCUMENT_BYTES {
+                documents.push(std::mem::take(&mut document));
+            }
+        }
+        if !document.is_empty() {
+            documents.push(document);
+        }
+    }
+    Ok(documents)
+}
+
+/// Tokens per second of `encode` over all documents on this thread, and its ids.
+fn timed(documents: &[String], encode: impl Fn(&str) -> Vec<u32>) -> (f64, Vec<Vec<u32>>) {
+    let started = Instant::now();
+    let ids: Vec<Vec<u32>> = documents.iter().map(|text| encode(text)).collect();
+    let tokens: usize = ids.iter().map(Vec::len).sum();
+    (tokens as f64 / started.elapsed().as_secs_f64(), ids)
+}
+
+fn compare(name: &str, tokenizer: &Value, tiktoken: &CoreBPE, documents: &[String]) -> anyhow::Result<()> {
+    let fast = FastEncoder::for_tokenizer(tokenizer).map_err(anyhow::Error::msg)?;
+    let reference: tokenizers::Tokenizer = tokenizer.to_string().parse().map_err(anyhow::Error::msg)?;
+    let (tiktoken_rate, tiktoken_ids) = timed(documents, |text| tiktoken.encode_ordinary(text));
+    let (fast_rate, fast_ids) = timed(documents, |text| fast.encode(text).unwrap_or_default());
+    let differ_tiktoken = fast_ids.iter().zip(&tiktoken_ids).filter(|(a, b)| a != b).count();
+    let sample = &documents[..documents.len().min(REFERENCE_SAMPLE)];
+    let (reference_rate, reference_ids) = timed(sample, |text| {
+        reference.encode_fast(text, false).map(|encoding| encoding.get_ids().to_vec()).unwrap_or_default()
+    });
+    let differ_reference = fast_ids.iter().zip(&reference_ids).filter(|(a, b)| a != b).count();
+    let report = json!({
+        "vocabulary": name,
+        "documents": documents.len(),
+        "tokens": fast_ids.iter().map(Vec::len).sum::<usize>(),
+        "fast_tokens_per_second": fast_rate,
+        "tiktoken_rs_tokens_per_second": tiktoken_rate,
+        "fast_vs_tiktoken_rs": fast_rate / tiktoken_rate,
+        "tokenizers_tokens_per_second_on_sample": reference_rate,
+        "documents_differing_from_tiktoken_rs": differ_tiktoken,
+        "documents_differing_from_tokenizers": differ_reference,
+        "tokenizers_sample": sample.len(),
+    });
+    println!("{report}");
+    Ok(())
+}

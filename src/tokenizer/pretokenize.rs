@@ -1,0 +1,150 @@
+//! Regex pre-tokenization with the `tokenizers` crate's `Split` semantics: each
+//! step splits every piece of the step before it, as its own string (so `$` and
+//! look-arounds see only that piece), and keeps or drops the matches as its
+//! `behavior` and `invert` say. Patterns mean what they mean to `fancy-regex`,
+//! the engine the `tokenizers` build here uses (see `split_regex`).
+
+use super::split_regex::SplitRegex;
+
+/// GPT-2's split, which `ByteLevel` applies itself when `use_regex` is true.
+pub const BYTE_LEVEL_PATTERN: &str = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+";
+
+/// What `Split` does with the parts its pattern matches (`SplitDelimiterBehavior`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Behavior {
+    Removed,
+    Isolated,
+    MergedWithPrevious,
+    MergedWithNext,
+    Contiguous,
+}
+
+impl Behavior {
+    pub fn parse(name: &str) -> Option<Behavior> {
+        Some(match name {
+            "Removed" => Behavior::Removed,
+            "Isolated" => Behavior::Isolated,
+            "MergedWithPrevious" => Behavior::MergedWithPrevious,
+            "MergedWithNext" => Behavior::MergedWithNext,
+            "Contiguous" => Behavior::Contiguous,
+            _ => return None,
+        })
+    }
+}
+
+pub struct SplitStep {
+    pub regex: SplitRegex,
+    pub behavior: Behavior,
+    pub invert: bool,
+}
+
+/// A byte range of the text being split.
+pub type Span = (usize, usize);
+
+pub struct PreTokenizer {
+    steps: Vec<SplitStep>,
+}
+
+impl PreTokenizer {
+    pub fn new(steps: Vec<SplitStep>) -> PreTokenizer {
+        PreTokenizer { steps }
+    }
+
+    /// The non-empty pre-tokens of `text`, as byte ranges, in order.
+    pub fn split(&self, text: &str, out: &mut Vec<Span>) {
+        out.clear();
+        if text.is_empty() {
+            return;
+        }
+        out.push((0, text.len()));
+        let mut matches = Vec::new();
+        let mut next = Vec::new();
+        for step in &self.steps {
+            next.clear();
+            for &(start, end) in out.iter() {
+                find_matches(&step.regex, &text[start..end], step.invert, &mut matches);
+                apply_behavior(step.behavior, &matches, start, &mut next);
+            }
+            std::mem::swap(out, &mut next);
+        }
+    }
+}
+
+/// The partition of `piece` into matched and unmatched parts (`Pattern::find_matches`).
+fn find_matches(regex: &SplitRegex, piece: &str, invert: bool, matches: &mut Vec<(Span, bool)>) {
+    matches.clear();
+    let mut previous = 0;
+    regex.for_each_match(piece, &mut |start, end| {
+        if previous != start {
+            matches.push(((previous, start), invert));
+        }
+        matches.push(((start, end), !invert));
+        previous = end;
+    });
+    if previous != piece.len() {
+        matches.push(((previous, piece.len()), invert));
+    }
+}
+
+/// `NormalizedString::split`: folds the partition by behaviour, then keeps the
+/// non-empty parts not removed, shifted by `base`.
+fn apply_behavior(behavior: Behavior, matches: &[(Span, bool)], base: usize, out: &mut Vec<Span>) {
+    let mut kept: Vec<(Span, bool)> = Vec::with_capacity(matches.len());
+    let mut previous_match = false;
+    match behavior {
+        Behavior::Isolated => kept.extend(matches.iter().map(|&(span, _)| (span, false))),
+        Behavior::Removed => kept.extend_from_slice(matches),
+        Behavior::Contiguous | Behavior::MergedWithPrevious => {
+            for &(span, is_match) in matches {
+                let joins = if behavior == Behavior::Contiguous {
+                    is_match == previous_match
+                } else {
+                    is_match && !previous_match
+                };
+                match kept.last_mut() {
+                    Some(((_, end), _)) if joins => *end = span.1,
+                    _ => kept.push((span, false)),
+                }
+                previous_match = is_match;
+            }
+        }
+        Behavior::MergedWithNext => {
+            for &(span, is_match) in matches.iter().rev() {
+                match kept.last_mut() {
+                    Some(((start, _), _)) if is_match && !previous_match => *start = span.0,
+                    _ => kept.push((span, false)),
+                }
+                previous_match = is_match;
+            }
+            kept.reverse();
+        }
+    }
+    out.extend(
+        kept.into_iter()
+            .filter(|&((start, end), removed)| !removed && start != end)
+            .map(|((start, end), _)| (base + start, base + end)),
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pieces(behavior: Behavior, invert: bool, text: &str) -> Vec<&str> {
+        let step = SplitStep { regex: SplitRegex::new("-").unwrap(), behavior, invert };
+        let mut spans = Vec::new();
+        PreTokenizer::new(vec![step]).split(text, &mut spans);
+        spans.into_iter().map(|(start, end)| &text[start..end]).collect()
+    }
+
+    #[test]
+    fn behaviors_match_the_tokenizers_documentation() {
+        let text = "the-final--countdown";
+        assert_eq!(pieces(Behavior::Removed, false, text), ["the", "final", "countdown"]);
+        assert_eq!(pieces(Behavior::Isolated, false, text), ["the", "-", "final", "-", "-", "countdown"]);
+        assert_eq!(pieces(Behavior::MergedWithPrevious, false, text), ["the-", "final-", "-", "countdown"]);
+        assert_eq!(pieces(Behavior::MergedWithNext, false, text), ["the", "-final", "-", "-countdown"]);
+        assert_eq!(pieces(Behavior::Contiguous, false, text), ["the", "-", "final", "--", "countdown"]);
+        assert_eq!(pieces(Behavior::Removed, true, text), ["-", "-", "-"]);
+    }
+}

@@ -1,0 +1,121 @@
+//! A split pattern compiled for speed with the same matches as `fancy-regex`, the
+//! engine `tokenizers` uses: patterns without look-around go to the `regex`
+//! crate's automata; the byte-level families' `...|\s+(?!\S)|\s+` ending is
+//! matched as `...|\s+` and then given back its last whitespace character where
+//! the look-ahead would have (see `WhitespaceRun`). Anything else stays on
+//! `fancy-regex`.
+
+use regex_automata::meta::Regex;
+use regex_automata::{Input, PatternID};
+
+/// The ending whose look-ahead the automata cannot run.
+const LOOKAHEAD_ENDING: &str = r"|\s+(?!\S)|\s+";
+
+pub enum SplitRegex {
+    Backtracking(fancy_regex::Regex),
+    Automaton(Regex),
+    /// Pattern 0 is everything before the ending, pattern 1 is `\s+`.
+    WhitespaceRun(Regex),
+}
+
+impl SplitRegex {
+    pub fn new(pattern: &str) -> Result<SplitRegex, String> {
+        let backtracking = fancy_regex::Regex::new(pattern)
+            .map_err(|err| format!("cannot compile the split pattern {pattern:?}: {err}"))?;
+        if let Some(head) = pattern.strip_suffix(LOOKAHEAD_ENDING)
+            && never_empty(head)
+            && let Ok(regex) = Regex::new_many(&[head, r"\s+"])
+        {
+            return Ok(SplitRegex::WhitespaceRun(regex));
+        }
+        if never_empty(pattern)
+            && let Ok(regex) = Regex::new(pattern)
+        {
+            return Ok(SplitRegex::Automaton(regex));
+        }
+        Ok(SplitRegex::Backtracking(backtracking))
+    }
+
+    /// Calls `on_match` with each match's byte range in `text`, left to right. A
+    /// backtracking error (its limit) ends the matches there, as in `tokenizers`.
+    pub fn for_each_match(&self, text: &str, on_match: &mut dyn FnMut(usize, usize)) {
+        match self {
+            SplitRegex::Backtracking(regex) => {
+                for found in regex.find_iter(text) {
+                    let Ok(found) = found else { break };
+                    on_match(found.start(), found.end());
+                }
+            }
+            SplitRegex::Automaton(regex) => {
+                for found in regex.find_iter(text) {
+                    on_match(found.start(), found.end());
+                }
+            }
+            SplitRegex::WhitespaceRun(regex) => whitespace_run_matches(regex, text, on_match),
+        }
+    }
+}
+
+/// `\s+(?!\S)` before `\s+` takes a whitespace run up to the end of the text, or
+/// all of it but its last character when something follows (if that leaves any).
+fn whitespace_run_matches(regex: &Regex, text: &str, on_match: &mut dyn FnMut(usize, usize)) {
+    let mut at = 0;
+    while at < text.len() {
+        let Some(found) = regex.search(&Input::new(text).range(at..)) else { break };
+        let (start, mut end) = (found.start(), found.end());
+        if found.pattern() == PatternID::must(1)
+            && end < text.len()
+            && let Some(last) = text[start..end].chars().next_back()
+            && end - last.len_utf8() > start
+        {
+            end -= last.len_utf8();
+        }
+        on_match(start, end);
+        at = end;
+    }
+}
+
+/// Whether no text makes `pattern` match empty: empty matches are where engines'
+/// iteration rules differ, so such patterns stay on `fancy-regex`.
+fn never_empty(pattern: &str) -> bool {
+    regex_syntax::parse(pattern).is_ok_and(|hir| hir.properties().minimum_len().is_some_and(|len| len > 0))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const LLAMA3: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+
+    fn matches(regex: &SplitRegex, text: &str) -> Vec<(usize, usize)> {
+        let mut found = Vec::new();
+        regex.for_each_match(text, &mut |start, end| found.push((start, end)));
+        found
+    }
+
+    #[test]
+    fn automata_match_like_fancy_regex_on_whitespace_runs() {
+        let fast = SplitRegex::new(LLAMA3).unwrap();
+        assert!(matches!(fast, SplitRegex::WhitespaceRun(_)));
+        let slow = SplitRegex::Backtracking(fancy_regex::Regex::new(LLAMA3).unwrap());
+        for text in [
+            "a  b",
+            "a \u{3000}\u{3000}b  ",
+            "x\n\n  y\t\t\n z   ",
+            "  \n\n\t  x   \t",
+            " ",
+            "a b",
+            "I'LL   don't\r\n\r\n  4096   ",
+            "\u{a0}\u{a0}é  \u{2003}x",
+        ] {
+            assert_eq!(matches(&fast, text), matches(&slow, text), "{text:?}");
+        }
+    }
+
+    #[test]
+    fn look_around_elsewhere_stays_on_fancy_regex() {
+        assert!(matches!(SplitRegex::new(r"\w+(?=,)|\s+").unwrap(), SplitRegex::Backtracking(_)));
+        assert!(matches!(SplitRegex::new(r"\p{N}{1,3}").unwrap(), SplitRegex::Automaton(_)));
+        assert!(matches!(SplitRegex::new(r"a*").unwrap(), SplitRegex::Backtracking(_)));
+    }
+}
