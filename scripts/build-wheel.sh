@@ -35,6 +35,7 @@ fi
 export PATH="$tools/bin:$PATH"
 
 mkdir -p "$out"
+out=$(cd "$out" && pwd)
 rm -f "$out"/ferry-*.whl
 start=$(date +%s)
 maturin build --profile "$profile" --zig --compatibility manylinux2014 --out "$out" >&2
