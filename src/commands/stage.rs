@@ -119,8 +119,12 @@ fn start_background(plan: &StagePlan, options: &StageOptions, cache: &CacheLayou
     Ok(())
 }
 
-pub fn wait(dest: PathBuf, entry: Option<&str>) -> anyhow::Result<()> {
+pub fn wait(dest: PathBuf, entry: Option<&str>, as_json: bool) -> anyhow::Result<()> {
     match state::wait(&dest, entry, Duration::from_millis(200)) {
+        WaitOutcome::Done(states) if as_json => {
+            println!("{}", serde_json::to_string_pretty(&staged_json(&dest, &states))?);
+            Ok(())
+        }
         WaitOutcome::Done(states) => {
             for s in states {
                 println!(
@@ -142,6 +146,23 @@ pub fn wait(dest: PathBuf, entry: Option<&str>) -> anyhow::Result<()> {
         ))),
         WaitOutcome::Nothing => bail!(UserError(format!("nothing was staged into {}", dest.display()))),
     }
+}
+
+/// `wait --json`: the destination and each finished staging with the path to load
+/// (`entries/<id>` in the destination; the destination itself for `--src` mode).
+fn staged_json(dest: &Path, states: &[state::StageState]) -> serde_json::Value {
+    let staged: Vec<serde_json::Value> = states
+        .iter()
+        .map(|s| {
+            let path = if s.id.starts_with(stage::DROP_IN_PREFIX) {
+                dest.to_path_buf()
+            } else {
+                CacheLayout::new(dest).entry(&s.id).root().to_path_buf()
+            };
+            serde_json::json!({"path": path, "state": s})
+        })
+        .collect();
+    serde_json::json!({"dest": dest, "staged": staged})
 }
 
 fn print_report(report: &StageReport) {
