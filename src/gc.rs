@@ -19,6 +19,15 @@ use crate::fsutil;
 use crate::stage::{self, state};
 use crate::status::{self, EntryStatus};
 
+#[derive(Debug, thiserror::Error)]
+pub enum GcError {
+    /// A stage holds the destination's lock: collecting now could remove what it copies.
+    #[error("a ferry stage is running into {dest}; try again when it is done")]
+    Busy { dest: PathBuf },
+    #[error("{doing} {path}")]
+    Io { doing: &'static str, path: PathBuf, source: io::Error },
+}
+
 /// What to keep. Every bound is optional; an entry is evicted if any bound asks.
 #[derive(Debug, Clone, Default)]
 pub struct GcPolicy {
@@ -116,7 +125,15 @@ fn dir_size(path: &Path) -> u64 {
 }
 
 /// Garbage-collects a shared cache.
-pub fn collect_cache(cache: &CacheLayout, policy: &GcPolicy, dry_run: bool) -> io::Result<GcReport> {
+pub fn collect_cache(cache: &CacheLayout, policy: &GcPolicy, dry_run: bool) -> Result<GcReport, GcError> {
+    collect_cache_io(cache, policy, dry_run).map_err(|source| GcError::Io {
+        doing: "collecting garbage in",
+        path: cache.root().to_path_buf(),
+        source,
+    })
+}
+
+fn collect_cache_io(cache: &CacheLayout, policy: &GcPolicy, dry_run: bool) -> io::Result<GcReport> {
     let mut report = GcReport { dry_run, ..GcReport::default() };
     let trash = cache.trash_dir();
     // Leftovers of an interrupted gc.
@@ -263,8 +280,10 @@ fn relink_names(
 /// Garbage-collects a node-local destination: staged copies evicted by the policy
 /// become symlinks to the cache again (or go when the cache entry is gone);
 /// dangling links and temporaries of killed stages are removed.
-pub fn collect_destination(dest: &Path, policy: &GcPolicy, dry_run: bool) -> Result<GcReport, stage::StageError> {
+pub fn collect_destination(dest: &Path, policy: &GcPolicy, dry_run: bool) -> Result<GcReport, GcError> {
     let mut report = GcReport { dry_run, ..GcReport::default() };
+    // A destination never staged into has no lock file, but one that does not exist is a wrong --dest.
+    std::fs::metadata(dest).map_err(|source| GcError::Io { doing: "cleaning", path: dest.to_path_buf(), source })?;
     let lock_path = state::lock_path(dest);
     let lock = std::fs::File::options().create(true).truncate(false).write(true).open(&lock_path);
     let Ok(lock) = lock else {
@@ -272,18 +291,11 @@ pub fn collect_destination(dest: &Path, policy: &GcPolicy, dry_run: bool) -> Res
     };
     use rustix::fs::{FlockOperation, flock};
     if flock(&lock, FlockOperation::NonBlockingLockExclusive).is_err() {
-        return Err(stage::StageError::Io {
-            doing: "cleaning",
-            path: dest.to_path_buf(),
-            source: io::Error::new(
-                io::ErrorKind::WouldBlock,
-                "a ferry stage is running into this destination; try again when it is done",
-            ),
-        });
+        return Err(GcError::Busy { dest: dest.to_path_buf() });
     }
     let io = |path: &Path| {
         let path = path.to_path_buf();
-        move |source| stage::StageError::Io { doing: "cleaning", path, source }
+        move |source| GcError::Io { doing: "cleaning", path, source }
     };
     let states = state::read_all(dest);
     let entries_dir = dest.join("entries");
@@ -295,7 +307,7 @@ pub fn collect_destination(dest: &Path, policy: &GcPolicy, dry_run: bool) -> Res
         if meta.file_type().is_symlink() {
             if !path.exists() {
                 if !dry_run {
-                    fs_err::remove_file(&path).map_err(io(&path))?;
+                    std::fs::remove_file(&path).map_err(io(&path))?;
                 }
                 report.record("link", &path, "", 0, "its cache entry is gone".into());
             }
@@ -344,7 +356,7 @@ pub fn collect_destination(dest: &Path, policy: &GcPolicy, dry_run: bool) -> Res
     for link in std::fs::read_dir(dest.join("by-name")).into_iter().flatten().flatten() {
         if !link.path().exists() {
             if !dry_run {
-                fs_err::remove_file(link.path()).map_err(io(&link.path()))?;
+                std::fs::remove_file(link.path()).map_err(io(&link.path()))?;
             }
             report.record("link", &link.path(), &link.file_name().to_string_lossy(), 0, "its entry is gone".into());
         }

@@ -17,7 +17,7 @@ pub enum InputError {
         "glob {pattern:?} in split {split:?} matches no file; check the path (relative globs start at the spec's folder)"
     )]
     NoMatch { split: String, pattern: String },
-    #[error("cannot read input {path}: {source}")]
+    #[error("reading input {path}")]
     Unreadable { path: PathBuf, source: std::io::Error },
     #[error("input {path} changed while it was being hashed; run again once it is stable")]
     Changed { path: PathBuf },

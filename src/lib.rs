@@ -8,6 +8,7 @@
 //!
 //! - `fsutil`: atomic writes, no-replace renames, exclusive create, free space.
 //! - `fingerprint`: the stable blake3 fingerprint of an entry.
+//! - `errors`: an error and its causes as one line, for errors kept as text.
 //! - `spec`: the pipeline spec (TOML) and its canonical form.
 //! - `inputs`: split globs to input files; content hashes through the memo.
 //! - `cache`: `layout` (every path), `memo`, `writer` (Arrow + `datasets` files), `manifest`.
@@ -28,6 +29,7 @@ pub mod cli;
 pub mod commands;
 pub mod corpus;
 pub mod daemon;
+pub mod errors;
 pub mod fingerprint;
 pub mod fsutil;
 pub mod gc;

@@ -96,8 +96,7 @@ impl CacheLayout {
         match std::fs::read_to_string(&path) {
             Ok(text) if text.trim() == LAYOUT_VERSION.to_string() => Ok(()),
             Ok(text) => Err(std::io::Error::other(format!(
-                "{} has cache layout version {}, this ferry uses {LAYOUT_VERSION}; use another --cache, or move the old cache away",
-                self.root.display(),
+                "the cache has layout version {}, this ferry uses {LAYOUT_VERSION}; use another --cache, or move the old cache away",
                 text.trim()
             ))),
             Err(err) if err.kind() == std::io::ErrorKind::NotFound => {

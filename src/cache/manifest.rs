@@ -136,7 +136,7 @@ pub struct BuildRecord {
 
 #[derive(Debug, thiserror::Error)]
 pub enum ManifestError {
-    #[error("cannot read manifest {path}: {source}")]
+    #[error("reading manifest {path}")]
     Read { path: String, source: std::io::Error },
     #[error("manifest {path} is invalid: {message}")]
     Invalid { path: String, message: String },

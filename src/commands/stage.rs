@@ -52,9 +52,9 @@ pub fn run(
     }
     let report = stage::stage(&plan, &options).with_context(|| format!("staging into {}", dest.display()))?;
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
+        out!("{}", serde_json::to_string_pretty(&report)?)?;
     } else {
-        print_report(&report);
+        print_report(&report)?;
     }
     Ok(())
 }
@@ -109,13 +109,13 @@ fn start_background(plan: &StagePlan, options: &StageOptions, cache: &CacheLayou
     queued.pid = spawned.id();
     state::write(dest, &queued)?;
     drop(lock);
-    println!("mirror ready: {}", plan.dest_root.display());
-    println!(
+    out!("mirror ready: {}", plan.dest_root.display())?;
+    out!(
         "copying in the background (pid {}, log {}); `ferry wait --dest {}` blocks until done",
         spawned.id(),
         log_path.display(),
         dest.display()
-    );
+    )?;
     Ok(())
 }
 
@@ -123,13 +123,7 @@ pub fn wait(dest: PathBuf, entry: Option<&str>) -> anyhow::Result<()> {
     match state::wait(&dest, entry, Duration::from_millis(200)) {
         WaitOutcome::Done(states) => {
             for s in states {
-                println!(
-                    "{} ({}) staged: {} files, {}",
-                    s.name,
-                    s.id,
-                    s.files_total,
-                    bytesize::ByteSize(s.bytes_total)
-                );
+                out!("{} ({}) staged: {} files, {}", s.name, s.id, s.files_total, bytesize::ByteSize(s.bytes_total))?;
             }
             Ok(())
         }
@@ -144,11 +138,11 @@ pub fn wait(dest: PathBuf, entry: Option<&str>) -> anyhow::Result<()> {
     }
 }
 
-fn print_report(report: &StageReport) {
+fn print_report(report: &StageReport) -> std::io::Result<()> {
     let s = &report.state;
     let copied = bytesize::ByteSize(s.bytes_copied);
-    println!("staged {} ({}) into {}", s.name, s.id, report.dest_root.display());
-    println!(
+    out!("staged {} ({}) into {}", s.name, s.id, report.dest_root.display())?;
+    out!(
         "{} files copied, {} already there; {} in {:.2} s ({}/s){}",
         report.files_copied,
         report.files_skipped,
@@ -156,5 +150,6 @@ fn print_report(report: &StageReport) {
         report.seconds,
         bytesize::ByteSize(s.bytes_per_second as u64),
         if report.waited_for_another_stager { "; waited for another stager" } else { "" },
-    );
+    )?;
+    Ok(())
 }

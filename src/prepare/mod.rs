@@ -44,11 +44,11 @@ pub enum PrepareError {
     Write(WriteError),
     #[error(transparent)]
     Manifest(#[from] ManifestError),
-    #[error("{doing}: {source}")]
+    #[error("{doing}")]
     Io { doing: &'static str, source: std::io::Error },
     /// The cache's layout version, or the cache root itself, is not usable.
-    #[error("cache layout: {0}")]
-    Layout(std::io::Error),
+    #[error("checking the cache layout of {path}")]
+    Layout { path: PathBuf, source: std::io::Error },
     #[error(
         "entry {path} has fingerprint {found}, not {expected}; remove it (a 64-bit prefix collision or a damaged cache)"
     )]
@@ -63,20 +63,6 @@ impl PrepareError {
     pub(crate) fn io(doing: &'static str) -> impl Fn(std::io::Error) -> PrepareError {
         move |source| PrepareError::Io { doing, source }
     }
-
-    /// Whether the user can fix this (exit 1) rather than an internal failure (exit 2).
-    pub fn is_user_error(&self) -> bool {
-        !matches!(self, PrepareError::Write(_) | PrepareError::Io { .. })
-            || matches!(self, PrepareError::Io { source, .. } if is_space_or_permission(source))
-            || matches!(self, PrepareError::Write(WriteError::Io { source, .. }) if is_space_or_permission(source))
-    }
-}
-
-fn is_space_or_permission(err: &std::io::Error) -> bool {
-    matches!(
-        err.kind(),
-        std::io::ErrorKind::StorageFull | std::io::ErrorKind::PermissionDenied | std::io::ErrorKind::QuotaExceeded
-    )
 }
 
 /// Execution settings; none of them changes the entry's bytes.
@@ -140,7 +126,7 @@ pub fn published(
 /// Builds the entry for `spec` unless it exists.
 pub fn prepare(spec: &Spec, cache: &CacheLayout, options: &PrepareOptions) -> Result<Prepared, PrepareError> {
     let started = Instant::now();
-    cache.check_version().map_err(PrepareError::Layout)?;
+    cache.check_version().map_err(|source| PrepareError::Layout { path: cache.root().to_path_buf(), source })?;
     let located = locate(spec, cache)?;
     let short = located.fingerprint.short();
     if let Some((entry, manifest)) = published(cache, &located.fingerprint)? {
@@ -492,7 +478,7 @@ fn progress_ticker(build: &BuildLayout, spec: &Spec, fingerprint: &Fingerprint, 
 pub fn mark_used(cache: &CacheLayout, short_fingerprint: &str) {
     let marker = cache.used_marker(short_fingerprint);
     let result = fsutil::create_dir_all(&cache.used_dir()).and_then(|()| {
-        let file = std::fs::OpenOptions::new().create(true).truncate(false).write(true).open(&marker)?;
+        let file = fs_err::OpenOptions::new().create(true).truncate(false).write(true).open(&marker)?;
         file.set_modified(SystemTime::now())
     });
     if let Err(err) = result {

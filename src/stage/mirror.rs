@@ -60,7 +60,7 @@ pub fn mirror_cache(cache: &CacheLayout, dest: &Path, active: &str) -> io::Resul
     let dest_entries = dest.join("entries");
     ensure_real_dir(dest)?;
     ensure_real_dir(&dest_entries)?;
-    for entry in std::fs::read_dir(cache.entries_dir())?.flatten() {
+    for entry in fs_err::read_dir(cache.entries_dir())?.flatten() {
         let name = entry.file_name().to_string_lossy().into_owned();
         if name.starts_with('.') || name == active || !entry.path().is_dir() {
             continue;

@@ -34,10 +34,15 @@ pub enum StageError {
         "not enough space in {dest}: staging needs {needed}, {available} available; free space there or stage to another --dest"
     )]
     NoSpace { dest: PathBuf, needed: bytesize::ByteSize, available: bytesize::ByteSize },
-    #[error("{doing} {path}: {source}")]
+    #[error("{doing} {path}")]
     Io { doing: &'static str, path: PathBuf, source: std::io::Error },
-    #[error("{count} file(s) failed to stage into {dest}; first: {first}")]
-    Copy { dest: PathBuf, count: usize, first: CopyError },
+    #[error("{count} file(s) failed to stage into {dest}; the first one")]
+    Copy {
+        dest: PathBuf,
+        count: usize,
+        #[source]
+        first: CopyError,
+    },
     #[error("--files-from lists no file; refusing to guess (an empty list never means \"copy everything\")")]
     EmptyList,
     #[error("--files-from line {line}: {path:?} is not a relative path inside {src}")]
@@ -47,21 +52,6 @@ pub enum StageError {
 }
 
 impl StageError {
-    /// Whether the user can fix this (exit 1) rather than an internal failure (exit 2).
-    pub fn is_user_error(&self) -> bool {
-        match self {
-            StageError::Io { source, .. } => {
-                matches!(
-                    source.kind(),
-                    std::io::ErrorKind::StorageFull
-                        | std::io::ErrorKind::PermissionDenied
-                        | std::io::ErrorKind::QuotaExceeded
-                )
-            }
-            _ => true,
-        }
-    }
-
     fn io<'a>(doing: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -> StageError + 'a {
         move |source| StageError::Io { doing, path: path.to_path_buf(), source }
     }
@@ -235,7 +225,7 @@ fn check_free(dest: &Path, needed: u64) -> Result<(), StageError> {
 /// Returns the lock (held until dropped) and whether it had to wait.
 pub fn lock_destination(dest: &Path) -> Result<(File, bool), StageError> {
     let control = state::control_dir(dest);
-    fsutil::create_dir_all(&control).map_err(StageError::io("creating", &control))?;
+    std::fs::create_dir_all(&control).map_err(StageError::io("creating", &control))?;
     let path = state::lock_path(dest);
     let file = File::options()
         .create(true)
@@ -270,7 +260,7 @@ pub fn build_mirror(plan: &StagePlan, dest: &Path, link: &[&str]) -> Result<(), 
     match &plan.kind {
         PlanKind::Entry { cache } => {
             mirror::mirror_cache(cache, dest, &plan.id).map_err(mirror_error)?;
-            mirror::ensure_real_dir(&plan.dest_root).map_err(StageError::io("creating", &plan.dest_root))?;
+            mirror::ensure_real_dir(&plan.dest_root).map_err(StageError::io("mirroring into", dest))?;
             // by-name/<name> names the entry being staged, whatever the cache's link says now.
             let link = dest.join("by-name").join(&plan.name);
             mirror::ensure_symlink(&CacheLayout::by_name_target(&plan.id), &link)
@@ -351,7 +341,7 @@ pub fn stage(plan: &StagePlan, options: &StageOptions) -> Result<StageReport, St
     let result = stage_locked(plan, options, &mut current, started, previous_done);
     if let Err(err) = &result {
         current.phase = Phase::Failed;
-        current.error = Some(err.to_string());
+        current.error = Some(crate::errors::chain(err));
         current.updated_unix = state::now_unix();
         let _ = state::write(dest, &current);
     }
