@@ -15,8 +15,8 @@ use serde::Serialize;
 
 use crate::cache::layout::CacheLayout;
 use crate::cache::lease;
+use crate::cache::staging as state;
 use crate::fsutil;
-use crate::stage::{self, state};
 use crate::status::{self, EntryStatus};
 
 #[derive(Debug, thiserror::Error)]
@@ -339,7 +339,7 @@ pub fn collect_destination(dest: &Path, policy: &GcPolicy, dry_run: bool) -> Res
         let source =
             states.iter().find(|s| s.id == entry.short).map(|s| PathBuf::from(&s.source)).filter(|p| p.is_dir());
         if !dry_run {
-            remove_via_trash(&stage::state::control_dir(dest).join("trash"), &path).map_err(io(&path))?;
+            remove_via_trash(&state::control_dir(dest).join("trash"), &path).map_err(io(&path))?;
             match &source {
                 Some(source) => fsutil::replace_symlink(source, &path).map_err(io(&path))?,
                 None => {
@@ -351,7 +351,7 @@ pub fn collect_destination(dest: &Path, policy: &GcPolicy, dry_run: bool) -> Res
     }
     report.remaining_bytes = staged.iter().map(|e| e.bytes).sum::<u64>() - report.freed_bytes;
     if !dry_run {
-        stage::landing::remove_stale_temps(&entries_dir);
+        crate::cache::destination::remove_stale_temps(&entries_dir);
     }
     for link in std::fs::read_dir(dest.join("by-name")).into_iter().flatten().flatten() {
         if !link.path().exists() {

@@ -8,11 +8,11 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use rayon::prelude::*;
 use serde::Serialize;
 
+use crate::cache::build_progress::BuildProgress;
 use crate::cache::layout::CacheLayout;
 use crate::cache::lease;
 use crate::cache::manifest::Manifest;
-use crate::prepare::BuildProgress;
-use crate::stage::state::{self, StageState};
+use crate::cache::staging::{self as state, StageState};
 
 /// One published entry. Field names are part of `ferry status --json` (see README).
 #[derive(Debug, Clone, Serialize)]

@@ -11,17 +11,17 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
+use crate::cache::build_progress::BuildProgress;
 use crate::cache::layout::{BuildLayout, CacheLayout, EntryLayout};
 use crate::cache::lease::Lease;
 use crate::cache::manifest::{
     BuildRecord, Counts, InputRecord, MANIFEST_VERSION, Manifest, ManifestError, SplitRecord, Timings, TokenizerRecord,
     Totals,
 };
-use crate::cache::memo::ContentHashMemo;
 use crate::cache::writer::{Columns, WriteError};
 use crate::fingerprint::{Fingerprint, FingerprintInputs};
 use crate::fsutil;
-use crate::inputs::{self, InputError, SplitInputs};
+use crate::inputs::{self, ContentHashMemo, InputError, SplitInputs};
 use crate::progress::{self, ProgressMode, Reporter};
 use crate::source::Selector;
 use crate::spec::{Spec, SpecError};
@@ -431,19 +431,6 @@ fn start_reporter(
         );
         (done, input_bytes, line)
     })
-}
-
-/// What `ferry status` shows of a build in progress.
-#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
-pub struct BuildProgress {
-    pub name: String,
-    pub fingerprint: String,
-    pub host: String,
-    pub pid: u32,
-    pub job_id: Option<String>,
-    pub shards_done: u64,
-    pub shards_total: u64,
-    pub updated_unix: u64,
 }
 
 /// Keeps this builder's progress file fresh every two seconds; it is removed with

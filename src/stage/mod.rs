@@ -9,7 +9,7 @@
 pub mod copy;
 pub mod landing;
 pub mod mirror;
-pub mod state;
+pub use crate::cache::staging as state;
 
 use std::collections::HashSet;
 use std::fs::File;
@@ -361,7 +361,7 @@ fn stage_locked(
     let dest = &options.dest;
     // Only a run that did not finish leaves temporaries behind.
     if !previous_done {
-        landing::remove_stale_temps(&plan.dest_root);
+        crate::cache::destination::remove_stale_temps(&plan.dest_root);
     }
     let pending = pending_files(plan, options.verify);
     tracing::debug!(seconds = started.elapsed().as_secs_f64(), pending = pending.len(), "pending files found");

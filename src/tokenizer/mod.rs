@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
+pub use crate::cache::encoder::EncoderKind;
 use crate::cache::memo::memoized_hash;
 use crate::spec::Spec;
 pub use fast::FastEncoder;
@@ -35,16 +36,6 @@ pub enum TokenizerError {
         "cannot tell the BOS/EOS tokens of {source_name}; set tokenizer.bos_token and tokenizer.eos_token, or ensure_bos_eos = false"
     )]
     UnknownBosEos { source_name: String },
-}
-
-/// Which encoder produced a shard's ids.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum EncoderKind {
-    /// tiktoken's byte-level BPE core, guarded by sampled comparison.
-    FastBytelevelBpe,
-    /// The Hugging Face `tokenizers` crate.
-    Tokenizers,
 }
 
 /// The text of the tokenizer named by the spec, before parsing.
