@@ -299,8 +299,53 @@ pub fn collect_destination(dest: &Path, policy: &GcPolicy, dry_run: bool) -> Res
     };
     let states = state::read_all(dest);
     let entries_dir = dest.join("entries");
+    let mut staged = staged_entries(&entries_dir, &states, dry_run, &mut report)?;
+    staged.sort_by_key(|e| std::cmp::Reverse(e.last_used_unix));
+    for (index, reason) in plan_evictions(&staged, policy, SystemTime::now()) {
+        let entry = &staged[index];
+        let path = entries_dir.join(&entry.short);
+        let source =
+            states.iter().find(|s| s.id == entry.short).map(|s| PathBuf::from(&s.source)).filter(|p| p.is_dir());
+        if !dry_run {
+            remove_via_trash(&state::control_dir(dest).join("trash"), &path).map_err(io(&path))?;
+            match &source {
+                Some(source) => fsutil::replace_symlink(source, &path).map_err(io(&path))?,
+                None => {
+                    let _ = std::fs::remove_file(state::state_path(dest, &entry.short));
+                }
+            }
+        }
+        report.record("entry", &path, &entry.name, entry.bytes, reason);
+    }
+    report.remaining_bytes = staged.iter().map(|e| e.bytes).sum::<u64>() - report.freed_bytes;
+    if !dry_run {
+        crate::cache::destination::remove_stale_temps(&entries_dir);
+    }
+    for link in std::fs::read_dir(dest.join("by-name")).into_iter().flatten().flatten() {
+        if !link.path().exists() {
+            if !dry_run {
+                std::fs::remove_file(link.path()).map_err(io(&link.path()))?;
+            }
+            report.record("link", &link.path(), &link.file_name().to_string_lossy(), 0, "its entry is gone".into());
+        }
+    }
+    Ok(report)
+}
+
+/// The copies staged in `entries_dir`, each as old as its last staging; links
+/// whose cache entry is gone are removed on the way.
+fn staged_entries(
+    entries_dir: &Path,
+    states: &[state::StageState],
+    dry_run: bool,
+    report: &mut GcReport,
+) -> Result<Vec<EntryStatus>, GcError> {
     let mut staged: Vec<EntryStatus> = Vec::new();
-    for item in std::fs::read_dir(&entries_dir).into_iter().flatten().flatten() {
+    let io = |path: &Path| {
+        let path = path.to_path_buf();
+        move |source| GcError::Io { doing: "cleaning", path, source }
+    };
+    for item in std::fs::read_dir(entries_dir).into_iter().flatten().flatten() {
         let path = item.path();
         let short = item.file_name().to_string_lossy().into_owned();
         let Ok(meta) = path.symlink_metadata() else { continue };
@@ -332,36 +377,7 @@ pub fn collect_destination(dest: &Path, policy: &GcPolicy, dry_run: bool) -> Res
             problem: None,
         });
     }
-    staged.sort_by_key(|e| std::cmp::Reverse(e.last_used_unix));
-    for (index, reason) in plan_evictions(&staged, policy, SystemTime::now()) {
-        let entry = &staged[index];
-        let path = entries_dir.join(&entry.short);
-        let source =
-            states.iter().find(|s| s.id == entry.short).map(|s| PathBuf::from(&s.source)).filter(|p| p.is_dir());
-        if !dry_run {
-            remove_via_trash(&state::control_dir(dest).join("trash"), &path).map_err(io(&path))?;
-            match &source {
-                Some(source) => fsutil::replace_symlink(source, &path).map_err(io(&path))?,
-                None => {
-                    let _ = std::fs::remove_file(state::state_path(dest, &entry.short));
-                }
-            }
-        }
-        report.record("entry", &path, &entry.name, entry.bytes, reason);
-    }
-    report.remaining_bytes = staged.iter().map(|e| e.bytes).sum::<u64>() - report.freed_bytes;
-    if !dry_run {
-        crate::cache::destination::remove_stale_temps(&entries_dir);
-    }
-    for link in std::fs::read_dir(dest.join("by-name")).into_iter().flatten().flatten() {
-        if !link.path().exists() {
-            if !dry_run {
-                std::fs::remove_file(link.path()).map_err(io(&link.path()))?;
-            }
-            report.record("link", &link.path(), &link.file_name().to_string_lossy(), 0, "its entry is gone".into());
-        }
-    }
-    Ok(report)
+    Ok(staged)
 }
 
 #[cfg(test)]

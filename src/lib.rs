@@ -27,6 +27,8 @@
 //! - `settings`: effective settings (flag > environment > site config > default) and their sources.
 //! - `cli`, `commands`: argument parsing and the commands; the only code that prints to stdout.
 
+#![warn(clippy::too_many_lines)]
+
 pub mod cache;
 pub mod cli;
 pub mod commands;

@@ -2,6 +2,8 @@
 //! with 0 (ok), 1 (a failure the user can fix) or 2 (an internal error). The
 //! error is printed once, each cause joined with ": ".
 
+#![warn(clippy::too_many_lines)]
+
 use std::process::ExitCode;
 
 use clap::Parser;

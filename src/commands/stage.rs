@@ -13,6 +13,7 @@ use crate::cli::StageArgs;
 use crate::prepare;
 use crate::progress::ProgressMode;
 use crate::spec::Spec;
+use crate::stage::command::{StageCommand, StageSource};
 use crate::stage::state::{self, Phase, WaitOutcome};
 use crate::stage::{self, PlanKind, StageOptions, StagePlan, StageReport};
 
@@ -77,22 +78,19 @@ fn start_background(plan: &StagePlan, options: &StageOptions, cache: &CacheLayou
     let missing: Vec<&str> = stage::pending_files(plan, options.verify).iter().map(|f| f.relative.as_str()).collect();
     stage::build_mirror(plan, dest, &missing)?;
     let exe = std::env::current_exe().context("finding the ferry executable")?;
-    let mut child = std::process::Command::new(exe);
-    child.arg("stage").arg("--dest").arg(dest).arg("--jobs").arg(options.threads.to_string());
-    match &plan.kind {
-        PlanKind::Entry { .. } => {
-            child.arg("--entry").arg(&plan.id).arg("--cache").arg(std::path::absolute(cache.root())?);
-        }
+    let cache_root = std::path::absolute(cache.root())?;
+    let list_path = state::control_dir(dest).join(format!("files-{}.txt", plan.id));
+    let source = match &plan.kind {
+        PlanKind::Entry { .. } => StageSource::Entry { entry: &plan.id, cache: &cache_root },
         PlanKind::DropIn => {
-            let list_path = state::control_dir(dest).join(format!("files-{}.txt", plan.id));
             let list: String = plan.files.iter().map(|f| format!("{}\n", f.relative)).collect();
             crate::fsutil::write_atomic(&list_path, list.as_bytes())?;
-            child.arg("--src").arg(&plan.source_root).arg("--files-from").arg(list_path);
+            StageSource::DropIn { src: &plan.source_root, files_from: &list_path }
         }
-    }
-    if options.verify {
-        child.arg("--verify");
-    }
+    };
+    let command = StageCommand { source, dest, verify: options.verify, jobs: Some(options.threads), quiet: false };
+    let mut child = std::process::Command::new(exe);
+    child.args(command.args());
     let log_path = state::log_path(dest, &plan.id);
     let log = fs_err::File::create(&log_path)?;
     use std::os::unix::process::CommandExt;

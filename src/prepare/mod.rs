@@ -3,9 +3,9 @@
 
 mod claims;
 mod publish;
+mod record;
 mod shard;
 
-use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -14,10 +14,7 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 use crate::cache::build_progress::BuildProgress;
 use crate::cache::layout::{BuildLayout, CacheLayout, EntryLayout};
 use crate::cache::lease::Lease;
-use crate::cache::manifest::{
-    BuildRecord, Counts, InputRecord, MANIFEST_VERSION, Manifest, ManifestError, SplitRecord, Timings, TokenizerRecord,
-    Totals,
-};
+use crate::cache::manifest::{BuildRecord, Manifest, ManifestError};
 use crate::cache::writer::{Columns, WriteError};
 use crate::fingerprint::{Fingerprint, FingerprintInputs};
 use crate::fsutil;
@@ -130,19 +127,71 @@ pub fn prepare(spec: &Spec, cache: &CacheLayout, options: &PrepareOptions) -> Re
     let located = locate(spec, cache)?;
     let short = located.fingerprint.short();
     if let Some((entry, manifest)) = published(cache, &located.fingerprint)? {
-        publish::link_name(cache, &spec.name, &short)?;
-        mark_used(cache, &short);
-        return Ok(Prepared { entry, manifest, built: false, shards_tokenized_here: 0 });
+        return use_published(cache, spec, Prepared { entry, manifest, built: false, shards_tokenized_here: 0 });
     }
     tracing::info!(fingerprint = %short, "building entry");
     let encoders = Encoders::load(spec)?;
     let build = cache.build(&short);
-    for split in &located.splits {
-        fsutil::create_dir_all(&build.parts_dir(&split.name))
-            .map_err(PrepareError::io("creating the build directory"))?;
+    let tasks = shard_tasks(&located);
+    create_build_dirs(&build, &located)?;
+    let _lease = Lease::acquire(cache, &short, "build").map_err(PrepareError::io("taking a build lease"))?;
+    let tokenize_started = Instant::now();
+    let claims = Claims::new();
+    let run = BuildRun { spec, cache, options, located: &located, encoders: &encoders, build: &build };
+    let (records, tokenized_here, kind, _publish_guard) = match tokenize_all(&run, &claims, &tasks)? {
+        Together::Publish { records, tokenized_here, kind, guard } => (records, tokenized_here, kind, guard),
+        Together::PublishedElsewhere { tokenized_here } => {
+            // A task that set up the build directory while another published leaves
+            // it behind otherwise; whoever leaves last removes it.
+            let _ = fs_err::remove_dir_all(build.root());
+            let (entry, manifest) = published(cache, &located.fingerprint)?.ok_or_else(|| PrepareError::Io {
+                doing: "waiting for the entry",
+                source: std::io::Error::other("the publisher finished but the entry is missing"),
+            })?;
+            let prepared = Prepared { entry, manifest, built: false, shards_tokenized_here: tokenized_here };
+            return use_published(cache, spec, prepared);
+        }
+    };
+    let tokenize_seconds = tokenize_started.elapsed().as_secs_f64();
+    let publish_started = Instant::now();
+    let by_split = record::group(&located, records)?;
+    let columns = Columns::new(spec.output.token_type, &spec.sequence);
+    let publish::Assembly { entry: assembly, data_files, files } =
+        publish::assemble(&build, &by_split.records, &columns, &short)?;
+    let build_record = BuildRecord {
+        host: fsutil::host_name(),
+        pid: std::process::id(),
+        workers: options.workers,
+        shards_tokenized_here: tokenized_here,
+        shards_total: tasks.len(),
+    };
+    let making =
+        record::Making { spec, located: &located, encoders: &encoders, kind, build: build_record, tokenize_seconds };
+    let mut manifest = record::manifest(making, by_split.counts, &data_files, files);
+    manifest.timings.publish_seconds = publish_started.elapsed().as_secs_f64();
+    manifest.timings.total_seconds = started.elapsed().as_secs_f64();
+    let won = publish::publish(cache, assembly, &manifest)?;
+    let entry = cache.entry(&short);
+    if won {
+        // Published: the build directory has served its purpose.
+        let _ = fs_err::remove_dir_all(build.root());
+    } else {
+        manifest = Manifest::load(&entry.manifest())?;
     }
-    fsutil::create_dir_all(&build.claims_dir()).map_err(PrepareError::io("creating the build directory"))?;
-    let tasks: Vec<shard::ShardTask> = located
+    use_published(cache, spec, Prepared { entry, manifest, built: won, shards_tokenized_here: tokenized_here })
+}
+
+/// Names the published entry after the spec and records its use.
+fn use_published(cache: &CacheLayout, spec: &Spec, prepared: Prepared) -> Result<Prepared, PrepareError> {
+    let short = prepared.manifest.short_fingerprint().to_string();
+    publish::link_name(cache, &spec.name, &short)?;
+    mark_used(cache, &short);
+    Ok(prepared)
+}
+
+/// One task per input file, numbered within its split.
+fn shard_tasks(located: &Located) -> Vec<shard::ShardTask> {
+    located
         .splits
         .iter()
         .zip(&located.hashes)
@@ -154,118 +203,53 @@ pub fn prepare(spec: &Spec, cache: &CacheLayout, options: &PrepareOptions) -> Re
                 hash: *hash,
             })
         })
-        .collect();
-    let _lease = Lease::acquire(cache, &short, "build").map_err(PrepareError::io("taking a build lease"))?;
-    let progress_file = progress_ticker(&build, spec, &located.fingerprint, tasks.len() as u64);
+        .collect()
+}
+
+fn create_build_dirs(build: &BuildLayout, located: &Located) -> Result<(), PrepareError> {
+    for split in &located.splits {
+        fsutil::create_dir_all(&build.parts_dir(&split.name))
+            .map_err(PrepareError::io("creating the build directory"))?;
+    }
+    fsutil::create_dir_all(&build.claims_dir()).map_err(PrepareError::io("creating the build directory"))
+}
+
+/// What one build of an entry works with.
+struct BuildRun<'a> {
+    spec: &'a Spec,
+    cache: &'a CacheLayout,
+    options: &'a PrepareOptions,
+    located: &'a Located,
+    encoders: &'a Encoders,
+    build: &'a BuildLayout,
+}
+
+/// Tokenizes every shard on a pool of `options.workers` threads, alongside any
+/// other task building the same entry, with progress shown and written down.
+fn tokenize_all<'a>(
+    run: &BuildRun,
+    claims: &'a Claims,
+    tasks: &[shard::ShardTask],
+) -> Result<Together<'a>, PrepareError> {
+    let BuildRun { spec, cache, options, located, encoders, build } = *run;
+    let _progress_file = progress_ticker(build, spec, &located.fingerprint, tasks.len() as u64);
     let counters = Arc::new(BuildCounters::default());
     let context = shard::ShardContext {
         spec,
-        encoders: &encoders,
+        encoders,
         selector: Selector::new(&spec.source.text_field, &spec.filter),
         columns: Columns::new(spec.output.token_type, &spec.sequence),
-        build: &build,
+        build,
         counters: &counters,
     };
     let pool = rayon::ThreadPoolBuilder::new()
         .num_threads(options.workers.max(1))
         .build()
         .map_err(|err| PrepareError::Io { doing: "starting worker threads", source: std::io::Error::other(err) })?;
-
-    let tokenize_started = Instant::now();
     let total_input_bytes: u64 = tasks.iter().map(|t| t.input.size).sum();
-    let reporter =
+    let _reporter =
         start_reporter(options.progress, counters.clone(), build.clone(), tasks.len() as u64, total_input_bytes);
-    let claims = Claims::new();
-    let outcome = build_together(&context, &claims, &tasks, &pool, cache, &located.fingerprint)?;
-    drop(reporter);
-    drop(progress_file);
-    let (records, tokenized_here, kind, _publish_guard) = match outcome {
-        Together::Publish { records, tokenized_here, kind, guard } => (records, tokenized_here, kind, guard),
-        Together::PublishedElsewhere { tokenized_here } => {
-            // A task that set up the build directory while another published leaves
-            // it behind otherwise; whoever leaves last removes it.
-            let _ = fs_err::remove_dir_all(build.root());
-            let (entry, manifest) = published(cache, &located.fingerprint)?.ok_or_else(|| PrepareError::Io {
-                doing: "waiting for the entry",
-                source: std::io::Error::other("the publisher finished but the entry is missing"),
-            })?;
-            publish::link_name(cache, &spec.name, &short)?;
-            mark_used(cache, &short);
-            return Ok(Prepared { entry, manifest, built: false, shards_tokenized_here: tokenized_here });
-        }
-    };
-    let tokenize_seconds = tokenize_started.elapsed().as_secs_f64();
-
-    let publish_started = Instant::now();
-    let mut by_split: BTreeMap<String, Vec<ShardRecord>> =
-        located.splits.iter().map(|s| (s.name.clone(), Vec::new())).collect();
-    for record in records {
-        by_split.entry(record.split.clone()).or_default().push(record);
-    }
-    let mut split_counts: BTreeMap<String, Counts> = BTreeMap::new();
-    for (split, shards) in &by_split {
-        let counts = split_counts.entry(split.clone()).or_default();
-        shards.iter().for_each(|record| counts.add(&record.counts));
-        if counts.documents == 0 {
-            return Err(PrepareError::EmptySplit {
-                split: split.clone(),
-                filtered: counts.filtered_documents,
-                skipped: counts.skipped_total(),
-            });
-        }
-    }
-    let columns = Columns::new(spec.output.token_type, &spec.sequence);
-    let publish::Assembly { entry: assembly, data_files, files } =
-        publish::assemble(&build, &by_split, &columns, &short)?;
-    let mut totals = Totals { bytes: files.iter().map(|f| f.size).sum(), ..Totals::default() };
-    let mut splits = BTreeMap::new();
-    for (split, split_inputs) in located.splits.iter().zip(&located.hashes) {
-        let counts = split_counts.remove(&split.name).unwrap_or_default();
-        totals.counts.add(&counts);
-        let inputs = split.files.iter().zip(&split_inputs.1).map(|(file, hash)| InputRecord::new(file, hash)).collect();
-        splits.insert(split.name.clone(), SplitRecord { inputs, data_files: data_files[&split.name].clone(), counts });
-    }
-    let mut manifest = Manifest {
-        manifest_version: MANIFEST_VERSION,
-        fingerprint: located.fingerprint.full(),
-        name: spec.name.clone(),
-        tool_version: env!("CARGO_PKG_VERSION").to_string(),
-        created_unix: SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs()),
-        spec: spec.canonical(),
-        tokenizer: TokenizerRecord {
-            source: encoders.source_name.clone(),
-            blake3: located.tokenizer_identity.to_hex().to_string(),
-            vocab_size: encoders.vocab_size,
-            encoder: kind,
-            fast_unavailable: encoders.fast_unavailable.clone(),
-            bos_id: encoders.bos_eos.prepend,
-            eos_id: encoders.bos_eos.append,
-        },
-        splits,
-        files,
-        totals,
-        timings: Timings { hash_inputs_seconds: located.hash_seconds, tokenize_seconds, ..Timings::default() },
-        build: BuildRecord {
-            host: fsutil::host_name(),
-            pid: std::process::id(),
-            workers: options.workers,
-            shards_tokenized_here: tokenized_here,
-            shards_total: tasks.len(),
-        },
-    };
-    manifest.timings.publish_seconds = publish_started.elapsed().as_secs_f64();
-    manifest.timings.total_seconds = started.elapsed().as_secs_f64();
-    let won = publish::publish(cache, assembly, &manifest)?;
-    let entry = cache.entry(&short);
-    if won {
-        // Published: the build directory has served its purpose.
-        let _ = fs_err::remove_dir_all(build.root());
-    } else {
-        manifest = Manifest::load(&entry.manifest())?;
-    }
-    publish::link_name(cache, &spec.name, &short)?;
-    mark_used(cache, &short);
-    Ok(Prepared { entry, manifest, built: won, shards_tokenized_here: tokenized_here })
+    build_together(&context, claims, tasks, &pool, cache, &located.fingerprint)
 }
 
 /// How this task's part of a shared build ended.

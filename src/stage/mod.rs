@@ -6,6 +6,7 @@
 //! releases the lock when its holder dies). Others wait for it, then find the
 //! files complete and copy nothing.
 
+pub mod command;
 pub mod copy;
 pub mod landing;
 pub mod mirror;
