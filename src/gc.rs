@@ -13,11 +13,12 @@ use std::time::{Duration, SystemTime};
 
 use serde::Serialize;
 
+use crate::cache::destination::DestLayout;
 use crate::cache::layout::CacheLayout;
 use crate::cache::lease;
 use crate::cache::staging as state;
 use crate::fsutil;
-use crate::status::{self, EntryStatus};
+use crate::status::{self, BuildState, EntryState, EntryStatus};
 
 #[derive(Debug, thiserror::Error)]
 pub enum GcError {
@@ -149,7 +150,7 @@ fn collect_cache_io(cache: &CacheLayout, policy: &GcPolicy, dry_run: bool) -> io
 
     let entries = status::entries(cache);
     let mut removed_entries: HashSet<String> = HashSet::new();
-    for entry in entries.iter().filter(|e| e.state != "ready") {
+    for entry in entries.iter().filter(|e| e.state != EntryState::Ready) {
         let path = cache.entry(&entry.short).root().to_path_buf();
         if entry.in_use > 0 {
             report.kept_in_use.push(entry.short.clone());
@@ -162,7 +163,7 @@ fn collect_cache_io(cache: &CacheLayout, policy: &GcPolicy, dry_run: bool) -> io
         removed_entries.insert(entry.short.clone());
         report.record("invalid_entry", &path, "", bytes, entry.problem.clone().unwrap_or_default());
     }
-    let ready: Vec<EntryStatus> = entries.into_iter().filter(|e| e.state == "ready").collect();
+    let ready: Vec<EntryStatus> = entries.into_iter().filter(|e| e.state == EntryState::Ready).collect();
     for (index, reason) in plan_evictions(&ready, policy, SystemTime::now()) {
         let entry = &ready[index];
         let path = cache.entry(&entry.short).root().to_path_buf();
@@ -179,7 +180,7 @@ fn collect_cache_io(cache: &CacheLayout, policy: &GcPolicy, dry_run: bool) -> io
     }
     report.remaining_bytes = ready.iter().filter(|e| !removed_entries.contains(&e.short)).map(|e| e.bytes).sum();
 
-    for build in status::builds(cache).into_iter().filter(|b| b.state == "stale") {
+    for build in status::builds(cache).into_iter().filter(|b| b.state == BuildState::Stale) {
         if !lease::live_leases(cache, &build.short).is_empty() {
             continue;
         }
@@ -298,7 +299,8 @@ pub fn collect_destination(dest: &Path, policy: &GcPolicy, dry_run: bool) -> Res
         move |source| GcError::Io { doing: "cleaning", path, source }
     };
     let states = state::read_all(dest);
-    let entries_dir = dest.join("entries");
+    let layout = DestLayout::new(dest);
+    let entries_dir = layout.entries_dir();
     let mut staged = staged_entries(&entries_dir, &states, dry_run, &mut report)?;
     staged.sort_by_key(|e| std::cmp::Reverse(e.last_used_unix));
     for (index, reason) in plan_evictions(&staged, policy, SystemTime::now()) {
@@ -307,7 +309,7 @@ pub fn collect_destination(dest: &Path, policy: &GcPolicy, dry_run: bool) -> Res
         let source =
             states.iter().find(|s| s.id == entry.short).map(|s| PathBuf::from(&s.source)).filter(|p| p.is_dir());
         if !dry_run {
-            remove_via_trash(&state::control_dir(dest).join("trash"), &path).map_err(io(&path))?;
+            remove_via_trash(&layout.trash_dir(), &path).map_err(io(&path))?;
             match &source {
                 Some(source) => fsutil::replace_symlink(source, &path).map_err(io(&path))?,
                 None => {
@@ -321,7 +323,7 @@ pub fn collect_destination(dest: &Path, policy: &GcPolicy, dry_run: bool) -> Res
     if !dry_run {
         crate::cache::destination::remove_stale_temps(&entries_dir);
     }
-    for link in std::fs::read_dir(dest.join("by-name")).into_iter().flatten().flatten() {
+    for link in std::fs::read_dir(layout.by_name_dir()).into_iter().flatten().flatten() {
         if !link.path().exists() {
             if !dry_run {
                 std::fs::remove_file(link.path()).map_err(io(&link.path()))?;
@@ -372,7 +374,7 @@ fn staged_entries(
             bytes: dir_size(&path),
             created_unix: last_used,
             last_used_unix: last_used,
-            state: "ready".into(),
+            state: EntryState::Ready,
             in_use: 0,
             problem: None,
         });
@@ -396,7 +398,7 @@ mod tests {
             bytes,
             created_unix: 0,
             last_used_unix: now - days_ago * 86400,
-            state: "ready".into(),
+            state: EntryState::Ready,
             in_use,
             problem: None,
         }

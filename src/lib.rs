@@ -24,6 +24,7 @@
 //! - `daemon`: the per-node agent (tokio, Unix socket protocol, metrics); `settings`'s socket.
 //! - `corpus`: synthetic Pile-style corpora for the demo, tests and benchmarks.
 //! - `progress`: progress bars and periodic log lines.
+//! - `ticker`: a closure run periodically on a thread (heartbeats, state files).
 //! - `settings`: effective settings (flag > environment > site config > default) and their sources.
 //! - `cli`, `commands`: argument parsing and the commands; the only code that prints to stdout.
 
@@ -47,5 +48,6 @@ pub mod source;
 pub mod spec;
 pub mod stage;
 pub mod status;
+pub mod ticker;
 pub mod tokenizer;
 pub mod verify;

@@ -180,9 +180,10 @@ impl BuildLayout {
         self.claims_dir().join(format!("{split}.{shard:06}"))
     }
 
-    /// Where the publisher assembles the entry before renaming it into `entries/`.
-    pub fn assembly(&self) -> EntryLayout {
-        EntryLayout::new(self.root.join("assembly"))
+    /// Where the publisher on `host` with `pid` assembles the entry before
+    /// renaming it into `entries/`; named per task so that one never clears another's.
+    pub fn assembly(&self, host: &str, pid: u32) -> EntryLayout {
+        EntryLayout::new(self.root.join(format!("assembly.{host}.{pid}")))
     }
 
     /// Exclusive-create lock held by the one task that assembles and publishes.

@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::cache::layout::CacheLayout;
 use crate::fsutil;
-use crate::progress::Ticker;
+use crate::ticker::Ticker;
 
 /// How often a holder refreshes its lease.
 pub const HEARTBEAT: Duration = Duration::from_secs(10);

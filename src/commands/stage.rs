@@ -8,6 +8,7 @@ use std::time::Duration;
 use anyhow::{Context, bail};
 
 use super::UserError;
+use crate::cache::destination::DestLayout;
 use crate::cache::layout::CacheLayout;
 use crate::cli::StageArgs;
 use crate::prepare;
@@ -79,7 +80,7 @@ fn start_background(plan: &StagePlan, options: &StageOptions, cache: &CacheLayou
     stage::build_mirror(plan, dest, &missing)?;
     let exe = std::env::current_exe().context("finding the ferry executable")?;
     let cache_root = std::path::absolute(cache.root())?;
-    let list_path = state::control_dir(dest).join(format!("files-{}.txt", plan.id));
+    let list_path = DestLayout::new(dest).files_list(&plan.id);
     let source = match &plan.kind {
         PlanKind::Entry { .. } => StageSource::Entry { entry: &plan.id, cache: &cache_root },
         PlanKind::DropIn => {

@@ -8,7 +8,7 @@ use serde_json::json;
 
 use crate::cache::layout::CacheLayout;
 use crate::stage::state::StageState;
-use crate::status::{self, CacheStatus};
+use crate::status::{self, CacheStatus, EntryState};
 
 pub fn run(cache_root: &Path, dest: Option<PathBuf>, socket: &Path, as_json: bool) -> anyhow::Result<()> {
     if let Some(dest) = &dest {
@@ -88,10 +88,10 @@ fn print_cache(report: &CacheStatus) -> std::io::Result<()> {
         )?;
     }
     for e in &report.entries {
-        let state = match (e.state.as_str(), e.in_use) {
-            ("ready", 0) => "ready".to_string(),
-            ("ready", n) => format!("ready, in use ({n})"),
-            (other, _) => format!("{other}: {}", e.problem.as_deref().unwrap_or("")),
+        let state = match (e.state, e.in_use) {
+            (EntryState::Ready, 0) => "ready".to_string(),
+            (EntryState::Ready, n) => format!("ready, in use ({n})"),
+            (EntryState::Invalid, _) => format!("invalid: {}", e.problem.as_deref().unwrap_or("")),
         };
         out!(
             "{:<24} {:<16} {:<18} {:>10} {:>14} {:>10}  {:<16}  {:<16}  {}",

@@ -17,7 +17,7 @@ use tokio::sync::{Mutex, watch};
 
 use uzers::os::unix::UserExt;
 
-use super::protocol::{MAX_FRAME, Request, Staging, error_reply};
+use super::protocol::{MAX_FRAME, Request, Staging, StagingPhase, error_reply};
 use crate::cache::layout::CacheLayout;
 use crate::fsutil;
 use crate::stage::command::{StageCommand, StageSource};
@@ -69,7 +69,7 @@ impl Daemon {
     }
 
     pub async fn active_stagings(&self) -> usize {
-        self.stagings.lock().await.values().filter(|s| s.info.phase == "running").count()
+        self.stagings.lock().await.values().filter(|s| s.info.phase == StagingPhase::Running).count()
     }
 }
 
@@ -220,7 +220,7 @@ async fn start_staging(
         dest: dest.clone(),
         uid: target_uid,
         pid,
-        phase: "running".into(),
+        phase: StagingPhase::Running,
         exit_code: None,
         bytes_copied: None,
     };
@@ -254,11 +254,11 @@ async fn watch_staging(
     let metrics = &daemon_for_child.metrics;
     let mut stagings = daemon_for_child.stagings.lock().await;
     if let Some(running) = stagings.get_mut(&id) {
-        let cancelled = running.info.phase == "cancelled";
+        let cancelled = running.info.phase == StagingPhase::Cancelled;
         running.info.exit_code = code;
         running.info.bytes_copied = copied;
         if !cancelled {
-            running.info.phase = if code == Some(0) { "done" } else { "failed" }.into();
+            running.info.phase = if code == Some(0) { StagingPhase::Done } else { StagingPhase::Failed };
         }
         if code == Some(0) {
             metrics.bytes_staged.fetch_add(copied.unwrap_or(0), Ordering::Relaxed);
@@ -295,7 +295,7 @@ async fn wait(daemon: &Arc<Daemon>, id: u64, uid: u32) -> Value {
     }
     let stagings = daemon.stagings.lock().await;
     match stagings.get(&id) {
-        Some(running) => json!({"ok": running.info.phase == "done", "staging": running.info}),
+        Some(running) => json!({"ok": running.info.phase == StagingPhase::Done, "staging": running.info}),
         None => error_reply(format!("no staging {id}")),
     }
 }
@@ -306,10 +306,10 @@ async fn cancel(daemon: &Arc<Daemon>, id: u64, uid: u32) -> Value {
     }
     let mut stagings = daemon.stagings.lock().await;
     let Some(running) = stagings.get_mut(&id) else { return error_reply(format!("no staging {id}")) };
-    if running.info.phase != "running" {
+    if running.info.phase != StagingPhase::Running {
         return json!({"ok": true, "staging": running.info});
     }
-    running.info.phase = "cancelled".into();
+    running.info.phase = StagingPhase::Cancelled;
     if let Some(pid) = rustix::process::Pid::from_raw(running.info.pid as i32) {
         let _ = rustix::process::kill_process(pid, rustix::process::Signal::TERM);
     }

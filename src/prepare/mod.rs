@@ -22,6 +22,7 @@ use crate::inputs::{self, ContentHashMemo, InputError, SplitInputs};
 use crate::progress::{self, ProgressMode, Reporter};
 use crate::source::Selector;
 use crate::spec::{Spec, SpecError};
+use crate::ticker::Ticker;
 use crate::tokenizer::{self, EncoderKind, Encoders, TokenizerError};
 use claims::{ClaimGuard, Claims};
 
@@ -419,7 +420,7 @@ fn start_reporter(
 
 /// Keeps this builder's progress file fresh every two seconds; it is removed with
 /// the build directory (or by `gc` when the builder died).
-fn progress_ticker(build: &BuildLayout, spec: &Spec, fingerprint: &Fingerprint, shards_total: u64) -> progress::Ticker {
+fn progress_ticker(build: &BuildLayout, spec: &Spec, fingerprint: &Fingerprint, shards_total: u64) -> Ticker {
     let (host, pid) = (fsutil::host_name(), std::process::id());
     let path = build.progress_file(&host, pid);
     let build = build.clone();
@@ -433,7 +434,7 @@ fn progress_ticker(build: &BuildLayout, spec: &Spec, fingerprint: &Fingerprint, 
         shards_total,
         updated_unix: 0,
     };
-    progress::Ticker::every(std::time::Duration::from_secs(2), move || {
+    Ticker::every(std::time::Duration::from_secs(2), move || {
         progress.shards_done = build.count_shard_records();
         progress.updated_unix = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
         if build.root().exists()
