@@ -300,7 +300,7 @@ pub fn collect_destination(dest: &Path, policy: &GcPolicy, dry_run: bool) -> Res
     };
     let states = state::read_all(dest);
     let layout = DestLayout::new(dest);
-    let entries_dir = layout.entries_dir();
+    let entries_dir = layout.mirror().entries_dir();
     let mut staged = staged_entries(&entries_dir, &states, dry_run, &mut report)?;
     staged.sort_by_key(|e| std::cmp::Reverse(e.last_used_unix));
     for (index, reason) in plan_evictions(&staged, policy, SystemTime::now()) {
@@ -323,7 +323,7 @@ pub fn collect_destination(dest: &Path, policy: &GcPolicy, dry_run: bool) -> Res
     if !dry_run {
         crate::cache::destination::remove_stale_temps(&entries_dir);
     }
-    for link in std::fs::read_dir(layout.by_name_dir()).into_iter().flatten().flatten() {
+    for link in std::fs::read_dir(layout.mirror().by_name_dir()).into_iter().flatten().flatten() {
         if !link.path().exists() {
             if !dry_run {
                 std::fs::remove_file(link.path()).map_err(io(&link.path()))?;

@@ -34,31 +34,33 @@ fn stage_from_a_missing_cache_names_it() {
     assert_names_missing_path(&env, &args, &[], cache.to_str().unwrap());
 }
 
-#[test]
-fn status_of_a_missing_destination_names_it() {
+/// `ferry <args> --dest <a missing folder>` names the folder.
+fn assert_names_missing_dest(args: &[&str]) {
     let env = TestEnv::new();
     let dest = env.path("missing-dest");
-    assert_names_missing_path(&env, &["status", "--dest", dest.to_str().unwrap()], &[], dest.to_str().unwrap());
-    assert_names_missing_path(
-        &env,
-        &["status", "--json", "--dest", dest.to_str().unwrap()],
-        &[],
-        dest.to_str().unwrap(),
-    );
+    let args: Vec<&str> = args.iter().copied().chain(["--dest", dest.to_str().unwrap()]).collect();
+    assert_names_missing_path(&env, &args, &[], dest.to_str().unwrap());
+}
+
+#[test]
+fn status_of_a_missing_destination_names_it() {
+    assert_names_missing_dest(&["status"]);
+    assert_names_missing_dest(&["status", "--json"]);
 }
 
 #[test]
 fn gc_of_a_missing_destination_names_it() {
-    let env = TestEnv::new();
-    let dest = env.path("missing-dest");
-    assert_names_missing_path(&env, &["gc", "--dest", dest.to_str().unwrap()], &[], dest.to_str().unwrap());
+    assert_names_missing_dest(&["gc"]);
 }
 
 #[test]
 fn verify_of_a_missing_destination_names_it() {
-    let env = TestEnv::new();
-    let dest = env.path("missing-dest");
-    assert_names_missing_path(&env, &["verify", "--dest", dest.to_str().unwrap()], &[], dest.to_str().unwrap());
+    assert_names_missing_dest(&["verify"]);
+}
+
+#[test]
+fn wait_on_a_missing_destination_names_it() {
+    assert_names_missing_dest(&["wait"]);
 }
 
 #[test]
@@ -67,13 +69,6 @@ fn verify_in_a_missing_cache_names_it() {
     let cache = env.path("missing-cache");
     let args = ["verify", "abc", "--cache", cache.to_str().unwrap()];
     assert_names_missing_path(&env, &args, &[], cache.to_str().unwrap());
-}
-
-#[test]
-fn wait_on_a_missing_destination_names_it() {
-    let env = TestEnv::new();
-    let dest = env.path("missing-dest");
-    assert_names_missing_path(&env, &["wait", "--dest", dest.to_str().unwrap()], &[], dest.to_str().unwrap());
 }
 
 #[test]

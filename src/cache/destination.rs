@@ -3,9 +3,10 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::cache::layout::EntryLayout;
+use crate::cache::layout::CacheLayout;
 
-/// Every path of a staging destination:
+/// Every path of a staging destination. Its `entries/` and `by-name/` mirror the
+/// cache's (`mirror()`); ferry's own files are in `.ferry/`:
 ///
 /// ```text
 /// <dest>/entries/<fp16>/       a staged copy (a real directory) or a symlink into the cache
@@ -14,39 +15,21 @@ use crate::cache::layout::EntryLayout;
 /// <dest>/.ferry/stage-<id>.json, stage-<id>.log, files-<id>.txt, trash/
 /// ```
 #[derive(Debug, Clone)]
-pub struct DestLayout {
-    root: PathBuf,
-}
+pub struct DestLayout(CacheLayout);
 
 impl DestLayout {
-    pub fn new(root: impl Into<PathBuf>) -> Self {
-        Self { root: root.into() }
+    pub fn new(root: impl Into<PathBuf>) -> DestLayout {
+        DestLayout(CacheLayout::new(root))
     }
 
-    pub fn root(&self) -> &Path {
-        &self.root
-    }
-
-    pub fn entries_dir(&self) -> PathBuf {
-        self.root.join("entries")
-    }
-
-    /// The staged entry with this short fingerprint (or drop-in id).
-    pub fn entry(&self, short: &str) -> EntryLayout {
-        EntryLayout::new(self.entries_dir().join(short))
-    }
-
-    pub fn by_name_dir(&self) -> PathBuf {
-        self.root.join("by-name")
-    }
-
-    pub fn by_name(&self, name: &str) -> PathBuf {
-        self.by_name_dir().join(name)
+    /// `entries/` and `by-name/`, laid out as in the cache.
+    pub fn mirror(&self) -> &CacheLayout {
+        &self.0
     }
 
     /// ferry's own files in the destination, never inside an entry.
     pub fn control_dir(&self) -> PathBuf {
-        self.root.join(".ferry")
+        self.0.root().join(".ferry")
     }
 
     pub fn state_file(&self, id: &str) -> PathBuf {

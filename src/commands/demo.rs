@@ -72,7 +72,7 @@ pub fn run(dir: &Path, workers: usize, progress: ProgressMode) -> anyhow::Result
         report.files_skipped,
         report.seconds
     )?;
-    let by_name = crate::cache::destination::DestLayout::new(&dest).by_name(&spec.name);
+    let by_name = crate::cache::destination::DestLayout::new(&dest).mirror().by_name(&spec.name);
     out!("\nload it with:\n  python3 -c \"import datasets; print(datasets.load_from_disk('{}'))\"", by_name.display())?;
     Ok(())
 }

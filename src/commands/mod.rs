@@ -47,7 +47,10 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Stage(args) => {
             let (dest, cache) = (dest(args.dest.clone())?, settings.cache(args.cache.cache.clone()).value);
             let threads = settings.stage_threads(args.jobs).value;
-            stage::run(args, &cache, dest, threads, progress)
+            let target = stage::StageTarget::from_flags(args.spec, args.entry, args.src, args.files_from)?;
+            let request =
+                stage::StageRequest { target, verify: args.verify, background: args.background, json: args.json };
+            stage::run(request, &cache, dest, threads, progress)
         }
         Command::Wait { dest: flag, entry } => stage::wait(dest(flag)?, entry.as_deref()),
         Command::Status { cache, dest, json } => status::run(

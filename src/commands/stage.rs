@@ -10,7 +10,6 @@ use anyhow::{Context, bail};
 use super::UserError;
 use crate::cache::destination::DestLayout;
 use crate::cache::layout::CacheLayout;
-use crate::cli::StageArgs;
 use crate::prepare;
 use crate::progress::ProgressMode;
 use crate::spec::Spec;
@@ -18,47 +17,85 @@ use crate::stage::command::{StageCommand, StageSource};
 use crate::stage::state::{self, Phase, WaitOutcome};
 use crate::stage::{self, PlanKind, StageOptions, StagePlan, StageReport};
 
+/// What to stage, as the flags name it.
+pub enum StageTarget {
+    /// `--src DIR --files-from LIST`: files of an existing cache directory.
+    DropIn { src: PathBuf, files_from: PathBuf },
+    /// `--entry FINGERPRINT`: a published entry, by fingerprint prefix.
+    Entry(String),
+    /// `SPEC`: the published entry of a spec.
+    Spec(PathBuf),
+}
+
+impl StageTarget {
+    /// The target the flags name: drop-in when both `--src` and `--files-from` are given,
+    /// else `--entry`, else the spec.
+    pub fn from_flags(
+        spec: Option<PathBuf>,
+        entry: Option<String>,
+        src: Option<PathBuf>,
+        files_from: Option<PathBuf>,
+    ) -> anyhow::Result<StageTarget> {
+        Ok(match (src, files_from, entry, spec) {
+            (Some(src), Some(files_from), _, _) => StageTarget::DropIn { src, files_from },
+            (_, _, Some(entry), _) => StageTarget::Entry(entry),
+            (_, _, None, Some(spec)) => StageTarget::Spec(spec),
+            _ => bail!(UserError("a spec, --entry or --src with --files-from is required".into())),
+        })
+    }
+}
+
+/// A resolved `ferry stage`.
+pub struct StageRequest {
+    pub target: StageTarget,
+    pub verify: bool,
+    pub background: bool,
+    pub json: bool,
+}
+
 pub fn run(
-    args: StageArgs,
+    request: StageRequest,
     cache_root: &Path,
     dest: PathBuf,
     threads: usize,
     progress: ProgressMode,
 ) -> anyhow::Result<()> {
     let cache = CacheLayout::new(cache_root);
-    let plan = if let (Some(src), Some(list)) = (&args.src, &args.files_from) {
-        stage::plan_drop_in(src, &read_list(list)?, &dest, threads)?
-    } else if let Some(prefix) = &args.entry {
-        stage::plan_entry(&cache, &super::find_entry(&cache, prefix)?, &dest)?
-    } else {
-        let spec_path = args.spec.as_deref().context("a spec, --entry or --src is required")?;
-        let spec = Spec::load(spec_path)?;
-        let located = prepare::locate(&spec, &cache)?;
-        let Some((_, manifest)) = prepare::published(&cache, &located.fingerprint)? else {
-            bail!(UserError(format!(
-                "the entry of {} ({}) is not in {}; run `ferry prepare {}` first",
-                spec_path.display(),
-                located.fingerprint.short(),
-                cache.root().display(),
-                spec_path.display()
-            )));
-        };
-        stage::plan_entry(&cache, &manifest, &dest)?
+    let plan = match &request.target {
+        StageTarget::DropIn { src, files_from } => stage::plan_drop_in(src, &read_list(files_from)?, &dest, threads)?,
+        StageTarget::Entry(prefix) => stage::plan_entry(&cache, &super::find_entry(&cache, prefix)?, &dest)?,
+        StageTarget::Spec(spec_path) => plan_spec(&cache, spec_path, &dest)?,
     };
-    let options = StageOptions { dest: dest.clone(), threads, verify: args.verify, progress };
+    let options = StageOptions { dest: dest.clone(), threads, verify: request.verify, progress };
     if let PlanKind::Entry { .. } = plan.kind {
         prepare::mark_used(&cache, &plan.id);
     }
-    if args.background {
+    if request.background {
         return start_background(&plan, &options, &cache);
     }
     let report = stage::stage(&plan, &options).with_context(|| format!("staging into {}", dest.display()))?;
-    if args.json {
+    if request.json {
         out!("{}", serde_json::to_string_pretty(&report)?)?;
     } else {
         print_report(&report)?;
     }
     Ok(())
+}
+
+/// The plan for a spec's published entry; a spec not prepared yet is the user's to prepare.
+fn plan_spec(cache: &CacheLayout, spec_path: &Path, dest: &Path) -> anyhow::Result<StagePlan> {
+    let spec = Spec::load(spec_path)?;
+    let located = prepare::locate(&spec, cache)?;
+    let Some((_, manifest)) = prepare::published(cache, &located.fingerprint)? else {
+        bail!(UserError(format!(
+            "the entry of {} ({}) is not in {}; run `ferry prepare {}` first",
+            spec_path.display(),
+            located.fingerprint.short(),
+            cache.root().display(),
+            spec_path.display()
+        )));
+    };
+    Ok(stage::plan_entry(cache, &manifest, dest)?)
 }
 
 fn read_list(path: &Path) -> anyhow::Result<String> {

@@ -22,7 +22,7 @@ pub fn run(
     let mut targets: Vec<(Manifest, std::path::PathBuf)> = Vec::new();
     match (dest, fingerprint) {
         (Some(dest), _) => {
-            for item in fs_err::read_dir(DestLayout::new(dest).entries_dir())?.flatten() {
+            for item in fs_err::read_dir(DestLayout::new(dest).mirror().entries_dir())?.flatten() {
                 let short = item.file_name().to_string_lossy().into_owned();
                 let staged = item.path().symlink_metadata().is_ok_and(|m| m.is_dir());
                 if !staged || fingerprint.is_some_and(|f| !short.starts_with(f)) {

@@ -58,7 +58,7 @@ pub fn ensure_symlink(target: &Path, link: &Path) -> io::Result<()> {
 /// Mirrors every published entry but `active` as directory symlinks, and every
 /// `by-name` link. `cache_root` must be absolute.
 pub fn mirror_cache(cache: &CacheLayout, dest: &Path, active: &str) -> io::Result<()> {
-    let dest_entries = DestLayout::new(dest).entries_dir();
+    let dest_entries = DestLayout::new(dest).mirror().entries_dir();
     ensure_real_dir(dest)?;
     ensure_real_dir(&dest_entries)?;
     for entry in fs_err::read_dir(cache.entries_dir())?.flatten() {
@@ -68,7 +68,7 @@ pub fn mirror_cache(cache: &CacheLayout, dest: &Path, active: &str) -> io::Resul
         }
         ensure_symlink(&entry.path(), &dest_entries.join(&name))?;
     }
-    let dest_by_name = DestLayout::new(dest).by_name_dir();
+    let dest_by_name = DestLayout::new(dest).mirror().by_name_dir();
     ensure_real_dir(&dest_by_name)?;
     if let Ok(links) = std::fs::read_dir(cache.by_name_dir()) {
         for link in links.flatten() {

@@ -131,7 +131,7 @@ pub fn plan_entry(cache: &CacheLayout, manifest: &Manifest, dest: &Path) -> Resu
         id: short.clone(),
         name: manifest.name.clone(),
         source_root,
-        dest_root: DestLayout::new(dest).entry(&short).root().to_path_buf(),
+        dest_root: DestLayout::new(dest).mirror().entry(&short).root().to_path_buf(),
         files,
         kind: PlanKind::Entry { cache: CacheLayout::new(absolute(cache.root())) },
     })
@@ -265,7 +265,7 @@ pub fn build_mirror(plan: &StagePlan, dest: &Path, link: &[&str]) -> Result<(), 
             mirror::mirror_cache(cache, dest, &plan.id).map_err(mirror_error)?;
             mirror::ensure_real_dir(&plan.dest_root).map_err(StageError::io("mirroring into", dest))?;
             // by-name/<name> names the entry being staged, whatever the cache's link says now.
-            let link = DestLayout::new(dest).by_name(&plan.name);
+            let link = DestLayout::new(dest).mirror().by_name(&plan.name);
             mirror::ensure_symlink(&CacheLayout::by_name_target(&plan.id), &link)
                 .map_err(StageError::io("linking", &link))?;
         }
