@@ -108,7 +108,7 @@ pub fn replace_symlink(target: &Path, link: &Path) -> io::Result<()> {
 /// Sets `path`'s mtime to now (a heartbeat). Never creates the file: a lease or
 /// claim that was removed must stay removed.
 pub fn touch(path: &Path) -> io::Result<()> {
-    std::fs::File::options().write(true).open(path)?.set_modified(std::time::SystemTime::now())
+    fs_err::File::options().write(true).open(path)?.set_modified(std::time::SystemTime::now())
 }
 
 /// Creates `dir` and its parents.

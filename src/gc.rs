@@ -13,11 +13,21 @@ use std::time::{Duration, SystemTime};
 
 use serde::Serialize;
 
+use crate::cache::destination::DestLayout;
 use crate::cache::layout::CacheLayout;
 use crate::cache::lease;
+use crate::cache::staging as state;
 use crate::fsutil;
-use crate::stage::{self, state};
-use crate::status::{self, EntryStatus};
+use crate::status::{self, BuildState, EntryState, EntryStatus};
+
+#[derive(Debug, thiserror::Error)]
+pub enum GcError {
+    /// A stage holds the destination's lock: collecting now could remove what it copies.
+    #[error("a ferry stage is running into {dest}; try again when it is done")]
+    Busy { dest: PathBuf },
+    #[error("{doing} {path}")]
+    Io { doing: &'static str, path: PathBuf, source: io::Error },
+}
 
 /// What to keep. Every bound is optional; an entry is evicted if any bound asks.
 #[derive(Debug, Clone, Default)]
@@ -116,7 +126,15 @@ fn dir_size(path: &Path) -> u64 {
 }
 
 /// Garbage-collects a shared cache.
-pub fn collect_cache(cache: &CacheLayout, policy: &GcPolicy, dry_run: bool) -> io::Result<GcReport> {
+pub fn collect_cache(cache: &CacheLayout, policy: &GcPolicy, dry_run: bool) -> Result<GcReport, GcError> {
+    collect_cache_io(cache, policy, dry_run).map_err(|source| GcError::Io {
+        doing: "collecting garbage in",
+        path: cache.root().to_path_buf(),
+        source,
+    })
+}
+
+fn collect_cache_io(cache: &CacheLayout, policy: &GcPolicy, dry_run: bool) -> io::Result<GcReport> {
     let mut report = GcReport { dry_run, ..GcReport::default() };
     let trash = cache.trash_dir();
     // Leftovers of an interrupted gc.
@@ -132,7 +150,7 @@ pub fn collect_cache(cache: &CacheLayout, policy: &GcPolicy, dry_run: bool) -> i
 
     let entries = status::entries(cache);
     let mut removed_entries: HashSet<String> = HashSet::new();
-    for entry in entries.iter().filter(|e| e.state != "ready") {
+    for entry in entries.iter().filter(|e| e.state != EntryState::Ready) {
         let path = cache.entry(&entry.short).root().to_path_buf();
         if entry.in_use > 0 {
             report.kept_in_use.push(entry.short.clone());
@@ -145,7 +163,7 @@ pub fn collect_cache(cache: &CacheLayout, policy: &GcPolicy, dry_run: bool) -> i
         removed_entries.insert(entry.short.clone());
         report.record("invalid_entry", &path, "", bytes, entry.problem.clone().unwrap_or_default());
     }
-    let ready: Vec<EntryStatus> = entries.into_iter().filter(|e| e.state == "ready").collect();
+    let ready: Vec<EntryStatus> = entries.into_iter().filter(|e| e.state == EntryState::Ready).collect();
     for (index, reason) in plan_evictions(&ready, policy, SystemTime::now()) {
         let entry = &ready[index];
         let path = cache.entry(&entry.short).root().to_path_buf();
@@ -162,7 +180,7 @@ pub fn collect_cache(cache: &CacheLayout, policy: &GcPolicy, dry_run: bool) -> i
     }
     report.remaining_bytes = ready.iter().filter(|e| !removed_entries.contains(&e.short)).map(|e| e.bytes).sum();
 
-    for build in status::builds(cache).into_iter().filter(|b| b.state == "stale") {
+    for build in status::builds(cache).into_iter().filter(|b| b.state == BuildState::Stale) {
         if !lease::live_leases(cache, &build.short).is_empty() {
             continue;
         }
@@ -263,8 +281,10 @@ fn relink_names(
 /// Garbage-collects a node-local destination: staged copies evicted by the policy
 /// become symlinks to the cache again (or go when the cache entry is gone);
 /// dangling links and temporaries of killed stages are removed.
-pub fn collect_destination(dest: &Path, policy: &GcPolicy, dry_run: bool) -> Result<GcReport, stage::StageError> {
+pub fn collect_destination(dest: &Path, policy: &GcPolicy, dry_run: bool) -> Result<GcReport, GcError> {
     let mut report = GcReport { dry_run, ..GcReport::default() };
+    // A destination never staged into has no lock file, but one that does not exist is a wrong --dest.
+    std::fs::metadata(dest).map_err(|source| GcError::Io { doing: "cleaning", path: dest.to_path_buf(), source })?;
     let lock_path = state::lock_path(dest);
     let lock = std::fs::File::options().create(true).truncate(false).write(true).open(&lock_path);
     let Ok(lock) = lock else {
@@ -272,30 +292,69 @@ pub fn collect_destination(dest: &Path, policy: &GcPolicy, dry_run: bool) -> Res
     };
     use rustix::fs::{FlockOperation, flock};
     if flock(&lock, FlockOperation::NonBlockingLockExclusive).is_err() {
-        return Err(stage::StageError::Io {
-            doing: "cleaning",
-            path: dest.to_path_buf(),
-            source: io::Error::new(
-                io::ErrorKind::WouldBlock,
-                "a ferry stage is running into this destination; try again when it is done",
-            ),
-        });
+        return Err(GcError::Busy { dest: dest.to_path_buf() });
     }
     let io = |path: &Path| {
         let path = path.to_path_buf();
-        move |source| stage::StageError::Io { doing: "cleaning", path, source }
+        move |source| GcError::Io { doing: "cleaning", path, source }
     };
     let states = state::read_all(dest);
-    let entries_dir = dest.join("entries");
+    let layout = DestLayout::new(dest);
+    let entries_dir = layout.mirror().entries_dir();
+    let mut staged = staged_entries(&entries_dir, &states, dry_run, &mut report)?;
+    staged.sort_by_key(|e| std::cmp::Reverse(e.last_used_unix));
+    for (index, reason) in plan_evictions(&staged, policy, SystemTime::now()) {
+        let entry = &staged[index];
+        let path = entries_dir.join(&entry.short);
+        let source =
+            states.iter().find(|s| s.id == entry.short).map(|s| PathBuf::from(&s.source)).filter(|p| p.is_dir());
+        if !dry_run {
+            remove_via_trash(&layout.trash_dir(), &path).map_err(io(&path))?;
+            match &source {
+                Some(source) => fsutil::replace_symlink(source, &path).map_err(io(&path))?,
+                None => {
+                    let _ = std::fs::remove_file(state::state_path(dest, &entry.short));
+                }
+            }
+        }
+        report.record("entry", &path, &entry.name, entry.bytes, reason);
+    }
+    report.remaining_bytes = staged.iter().map(|e| e.bytes).sum::<u64>() - report.freed_bytes;
+    if !dry_run {
+        crate::cache::destination::remove_stale_temps(&entries_dir);
+    }
+    for link in std::fs::read_dir(layout.mirror().by_name_dir()).into_iter().flatten().flatten() {
+        if !link.path().exists() {
+            if !dry_run {
+                std::fs::remove_file(link.path()).map_err(io(&link.path()))?;
+            }
+            report.record("link", &link.path(), &link.file_name().to_string_lossy(), 0, "its entry is gone".into());
+        }
+    }
+    Ok(report)
+}
+
+/// The copies staged in `entries_dir`, each as old as its last staging; links
+/// whose cache entry is gone are removed on the way.
+fn staged_entries(
+    entries_dir: &Path,
+    states: &[state::StageState],
+    dry_run: bool,
+    report: &mut GcReport,
+) -> Result<Vec<EntryStatus>, GcError> {
     let mut staged: Vec<EntryStatus> = Vec::new();
-    for item in std::fs::read_dir(&entries_dir).into_iter().flatten().flatten() {
+    let io = |path: &Path| {
+        let path = path.to_path_buf();
+        move |source| GcError::Io { doing: "cleaning", path, source }
+    };
+    for item in std::fs::read_dir(entries_dir).into_iter().flatten().flatten() {
         let path = item.path();
         let short = item.file_name().to_string_lossy().into_owned();
         let Ok(meta) = path.symlink_metadata() else { continue };
         if meta.file_type().is_symlink() {
             if !path.exists() {
                 if !dry_run {
-                    fs_err::remove_file(&path).map_err(io(&path))?;
+                    std::fs::remove_file(&path).map_err(io(&path))?;
                 }
                 report.record("link", &path, "", 0, "its cache entry is gone".into());
             }
@@ -315,41 +374,12 @@ pub fn collect_destination(dest: &Path, policy: &GcPolicy, dry_run: bool) -> Res
             bytes: dir_size(&path),
             created_unix: last_used,
             last_used_unix: last_used,
-            state: "ready".into(),
+            state: EntryState::Ready,
             in_use: 0,
             problem: None,
         });
     }
-    staged.sort_by_key(|e| std::cmp::Reverse(e.last_used_unix));
-    for (index, reason) in plan_evictions(&staged, policy, SystemTime::now()) {
-        let entry = &staged[index];
-        let path = entries_dir.join(&entry.short);
-        let source =
-            states.iter().find(|s| s.id == entry.short).map(|s| PathBuf::from(&s.source)).filter(|p| p.is_dir());
-        if !dry_run {
-            remove_via_trash(&stage::state::control_dir(dest).join("trash"), &path).map_err(io(&path))?;
-            match &source {
-                Some(source) => fsutil::replace_symlink(source, &path).map_err(io(&path))?,
-                None => {
-                    let _ = std::fs::remove_file(state::state_path(dest, &entry.short));
-                }
-            }
-        }
-        report.record("entry", &path, &entry.name, entry.bytes, reason);
-    }
-    report.remaining_bytes = staged.iter().map(|e| e.bytes).sum::<u64>() - report.freed_bytes;
-    if !dry_run {
-        stage::landing::remove_stale_temps(&entries_dir);
-    }
-    for link in std::fs::read_dir(dest.join("by-name")).into_iter().flatten().flatten() {
-        if !link.path().exists() {
-            if !dry_run {
-                fs_err::remove_file(link.path()).map_err(io(&link.path()))?;
-            }
-            report.record("link", &link.path(), &link.file_name().to_string_lossy(), 0, "its entry is gone".into());
-        }
-    }
-    Ok(report)
+    Ok(staged)
 }
 
 #[cfg(test)]
@@ -368,7 +398,7 @@ mod tests {
             bytes,
             created_unix: 0,
             last_used_unix: now - days_ago * 86400,
-            state: "ready".into(),
+            state: EntryState::Ready,
             in_use,
             problem: None,
         }

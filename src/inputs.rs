@@ -1,13 +1,15 @@
-//! Resolves a spec's split globs to input files, and their content hashes.
+//! Resolves a spec's split globs to input files, and their content hashes
+//! through a memo keyed by (absolute path, size, mtime), so a cache hit costs one
+//! `stat` per input and never a read of its bytes.
 
 use std::path::{Path, PathBuf};
-use std::time::UNIX_EPOCH;
 
 use rayon::prelude::*;
-use serde::{Deserialize, Serialize};
 
-use crate::cache::memo::ContentHashMemo;
+use crate::cache::memo::memoized_hash;
 use crate::spec::Spec;
+
+pub use crate::cache::input_file::InputFile;
 
 #[derive(Debug, thiserror::Error)]
 pub enum InputError {
@@ -17,32 +19,10 @@ pub enum InputError {
         "glob {pattern:?} in split {split:?} matches no file; check the path (relative globs start at the spec's folder)"
     )]
     NoMatch { split: String, pattern: String },
-    #[error("cannot read input {path}: {source}")]
+    #[error("reading input {path}")]
     Unreadable { path: PathBuf, source: std::io::Error },
     #[error("input {path} changed while it was being hashed; run again once it is stable")]
     Changed { path: PathBuf },
-}
-
-/// One input file as it was when resolved.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct InputFile {
-    pub path: PathBuf,
-    pub size: u64,
-    /// Modification time in nanoseconds since the epoch.
-    pub mtime_ns: i128,
-}
-
-impl InputFile {
-    pub fn stat(path: &Path) -> Result<InputFile, InputError> {
-        let unreadable = |source| InputError::Unreadable { path: path.to_path_buf(), source };
-        let meta = std::fs::metadata(path).map_err(unreadable)?;
-        let mtime = meta.modified().map_err(unreadable)?;
-        let mtime_ns = match mtime.duration_since(UNIX_EPOCH) {
-            Ok(after) => after.as_nanos() as i128,
-            Err(before) => -(before.duration().as_nanos() as i128),
-        };
-        Ok(InputFile { path: path.to_path_buf(), size: meta.len(), mtime_ns })
-    }
 }
 
 /// The inputs of one split, in order.
@@ -80,7 +60,7 @@ pub fn resolve(spec: &Spec) -> Result<Vec<SplitInputs>, InputError> {
                 }
             }
         }
-        let files = files.par_iter().map(|path| InputFile::stat(path)).collect::<Result<Vec<_>, _>>()?;
+        let files = files.par_iter().map(|path| stat(path)).collect::<Result<Vec<_>, _>>()?;
         splits.push(SplitInputs { name: name.clone(), files });
     }
     Ok(splits)
@@ -99,4 +79,67 @@ pub fn content_hashes(
             Ok((split.name.clone(), hashes))
         })
         .collect()
+}
+
+/// The input as it is now, or why it cannot be read.
+fn stat(path: &Path) -> Result<InputFile, InputError> {
+    InputFile::stat(path).map_err(|source| InputError::Unreadable { path: path.to_path_buf(), source })
+}
+
+/// Content hashes of inputs, memoized in the cache's memo directory.
+pub struct ContentHashMemo {
+    dir: PathBuf,
+}
+
+impl ContentHashMemo {
+    pub fn new(dir: PathBuf) -> Self {
+        Self { dir }
+    }
+
+    /// The blake3 of the file's bytes, from the memo or computed and memoized.
+    pub fn content_hash(&self, file: &InputFile) -> Result<blake3::Hash, InputError> {
+        memoized_hash(&self.dir, &memo_key(file), || hash_file(file))
+    }
+}
+
+fn memo_key(file: &InputFile) -> String {
+    let mut hasher = blake3::Hasher::new();
+    hasher.update(b"ferry-memo-v1\0");
+    hasher.update(file.path.as_os_str().as_encoded_bytes());
+    hasher.update(&file.size.to_le_bytes());
+    hasher.update(&file.mtime_ns.to_le_bytes());
+    hasher.finalize().to_hex()[..32].to_string()
+}
+
+fn hash_file(file: &InputFile) -> Result<blake3::Hash, InputError> {
+    let unreadable = |source| InputError::Unreadable { path: file.path.clone(), source };
+    let mut hasher = blake3::Hasher::new();
+    let reader = std::fs::File::open(&file.path).map_err(unreadable)?;
+    hasher.update_reader(reader).map_err(unreadable)?;
+    // Hashing a file that is being rewritten would memoize a hash of bytes that never existed.
+    if stat(&file.path)? != *file {
+        return Err(InputError::Changed { path: file.path.clone() });
+    }
+    Ok(hasher.finalize())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn memo_answers_without_reading_the_file_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let input = dir.path().join("shard.jsonl");
+        std::fs::write(&input, b"{\"text\": \"a\"}\n").unwrap();
+        let memo = ContentHashMemo::new(dir.path().join("memo"));
+        let file = InputFile::stat(&input).unwrap();
+        let first = memo.content_hash(&file).unwrap();
+        assert_eq!(first, blake3::hash(b"{\"text\": \"a\"}\n"));
+        // Same size and mtime, other bytes: the memo answers, proving no re-read.
+        let mtime = std::fs::metadata(&input).unwrap().modified().unwrap();
+        std::fs::write(&input, b"{\"text\": \"b\"}\n").unwrap();
+        std::fs::File::options().write(true).open(&input).unwrap().set_modified(mtime).unwrap();
+        assert_eq!(memo.content_hash(&InputFile::stat(&input).unwrap()).unwrap(), first);
+    }
 }

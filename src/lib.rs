@@ -8,28 +8,36 @@
 //!
 //! - `fsutil`: atomic writes, no-replace renames, exclusive create, free space.
 //! - `fingerprint`: the stable blake3 fingerprint of an entry.
+//! - `errors`: an error and its causes as one line, for errors kept as text.
 //! - `spec`: the pipeline spec (TOML) and its canonical form.
-//! - `inputs`: split globs to input files; content hashes through the memo.
-//! - `cache`: `layout` (every path), `memo`, `writer` (Arrow + `datasets` files), `manifest`,
+//! - `cache`: on-disk formats and paths: `layout` (every path of a cache), `destination`
+//!   (a staging destination), `memo`, `writer` (Arrow + `datasets` files), `manifest`,
+//!   `input_file`, `encoder`, `build_progress`, `staging` (a destination's state files), `lease`,
 //!   `formats` (Megatron indexed datasets and flat token files beside the Arrow files).
+//! - `inputs`: split globs to input files; their content hashes through the memo.
 //! - `source`: streaming readers for JSON lines (plain, zstd, gzip) and Parquet.
 //! - `tokenizer`: tokenizer loading, the guarded fast byte-level BPE encoder (added tokens, NFC,
 //!   split regexes, merges with a per-thread cache), BOS/EOS rules.
 //! - `pack`: documents to rows (`concat`, `truncate`, `none`).
 //! - `prepare`: build an entry (parallel over shards, resumable) and publish it.
-//! - `stage`: mirror the cache into a node-local destination and copy the active entry (`plan`, `mirror`, `copy`, `state`).
+//! - `stage`: mirror the cache into a node-local destination and copy the active entry
+//!   (`mirror`, `copy`, `landing`; its state files live in `cache::staging`).
 //! - `status`, `gc`, `verify`: what the cache holds; eviction by policy; re-hashing against manifests.
 //! - `daemon`: the per-node agent (tokio, Unix socket protocol, metrics); `settings`'s socket.
 //! - `corpus`: synthetic Pile-style corpora for the demo, tests and benchmarks.
 //! - `progress`: progress bars and periodic log lines.
+//! - `ticker`: a closure run periodically on a thread (heartbeats, state files).
 //! - `settings`: effective settings (flag > environment > site config > default) and their sources.
 //! - `cli`, `commands`: argument parsing and the commands; the only code that prints to stdout.
+
+#![warn(clippy::too_many_lines)]
 
 pub mod cache;
 pub mod cli;
 pub mod commands;
 pub mod corpus;
 pub mod daemon;
+pub mod errors;
 pub mod fingerprint;
 pub mod fsutil;
 pub mod gc;
@@ -42,5 +50,6 @@ pub mod source;
 pub mod spec;
 pub mod stage;
 pub mod status;
+pub mod ticker;
 pub mod tokenizer;
 pub mod verify;

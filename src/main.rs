@@ -1,5 +1,8 @@
 //! The `ferry` binary: parse arguments, set up logging, run the command, exit
-//! with 0 (ok), 1 (a failure the user can fix) or 2 (an internal error).
+//! with 0 (ok), 1 (a failure the user can fix) or 2 (an internal error). The
+//! error is printed once, each cause joined with ": ".
+
+#![warn(clippy::too_many_lines)]
 
 use std::process::ExitCode;
 
@@ -12,30 +15,18 @@ fn main() -> ExitCode {
     match std::panic::catch_unwind(|| ferry::commands::run(cli)) {
         Ok(Ok(())) => ExitCode::SUCCESS,
         Ok(Err(err)) => {
-            eprintln!("error: {}", message(&err));
-            ExitCode::from(ferry::commands::exit_code(&err))
+            let code = ferry::commands::exit_code(&err);
+            // Code 0 is a reader that closed our stdout (`ferry status | head`): nothing to say.
+            if code != 0 {
+                eprintln!("error: {err:#}");
+            }
+            ExitCode::from(code)
         }
         Err(_) => {
             eprintln!("error: internal error (a bug in ferry); please report it with the command and -v output");
             ExitCode::from(2)
         }
     }
-}
-
-/// The error and its causes, each cause once: library errors already embed their
-/// cause in their message, and contexts add the place.
-fn message(err: &anyhow::Error) -> String {
-    let mut text = String::new();
-    for cause in err.chain() {
-        let part = cause.to_string();
-        if !text.contains(&part) {
-            if !text.is_empty() {
-                text.push_str(": ");
-            }
-            text.push_str(&part);
-        }
-    }
-    text
 }
 
 fn init_logging(verbose: u8, quiet: bool) {

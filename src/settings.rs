@@ -14,7 +14,7 @@ pub const DEFAULT_CONFIG: &str = "/etc/ferry/ferry.toml";
 
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
-    #[error("cannot read config {path}: {source}")]
+    #[error("reading config {path}")]
     Read { path: PathBuf, source: std::io::Error },
     #[error("invalid config {path}: {message}")]
     Invalid { path: PathBuf, message: String },

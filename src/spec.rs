@@ -11,7 +11,7 @@ use serde_json::json;
 /// line, column and the offending field.
 #[derive(Debug, thiserror::Error)]
 pub enum SpecError {
-    #[error("cannot read spec {path}: {source}")]
+    #[error("reading spec {path}")]
     Read { path: PathBuf, source: std::io::Error },
     #[error("invalid spec {path}: {message}")]
     Parse { path: PathBuf, message: String },
@@ -237,7 +237,7 @@ impl Spec {
     /// Reads and validates a spec file.
     pub fn load(path: &Path) -> Result<Spec, SpecError> {
         let text =
-            fs_err::read_to_string(path).map_err(|source| SpecError::Read { path: path.to_path_buf(), source })?;
+            std::fs::read_to_string(path).map_err(|source| SpecError::Read { path: path.to_path_buf(), source })?;
         let base_dir = path
             .canonicalize()
             .ok()

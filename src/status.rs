@@ -8,11 +8,11 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use rayon::prelude::*;
 use serde::Serialize;
 
+use crate::cache::build_progress::BuildProgress;
 use crate::cache::layout::CacheLayout;
 use crate::cache::lease;
 use crate::cache::manifest::Manifest;
-use crate::prepare::BuildProgress;
-use crate::stage::state::{self, StageState};
+use crate::cache::staging::{self as state, StageState};
 
 /// One published entry. Field names are part of `ferry status --json` (see README).
 #[derive(Debug, Clone, Serialize)]
@@ -26,11 +26,38 @@ pub struct EntryStatus {
     pub bytes: u64,
     pub created_unix: u64,
     pub last_used_unix: u64,
-    /// "ready", or "invalid" when the manifest cannot be read.
-    pub state: String,
+    pub state: EntryState,
     /// Live leases (builds or stagings using it now).
     pub in_use: usize,
     pub problem: Option<String>,
+}
+
+/// An entry's state, as `status --json` writes it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EntryState {
+    Ready,
+    /// The manifest cannot be read.
+    Invalid,
+}
+
+/// A build's state, as `status --json` writes it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BuildState {
+    /// A builder is alive.
+    Building,
+    /// Every builder is gone; gc removes it.
+    Stale,
+}
+
+impl std::fmt::Display for BuildState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            BuildState::Building => "building",
+            BuildState::Stale => "stale",
+        })
+    }
 }
 
 /// A build in `building/`.
@@ -38,8 +65,7 @@ pub struct EntryStatus {
 pub struct BuildStatus {
     pub short: String,
     pub name: String,
-    /// "building" while a builder is alive, else "stale".
-    pub state: String,
+    pub state: BuildState,
     pub shards_done: u64,
     pub shards_total: u64,
     pub builders: Vec<String>,
@@ -94,7 +120,7 @@ fn entry_status(cache: &CacheLayout, short: &str) -> EntryStatus {
             bytes: manifest.totals.bytes,
             created_unix: manifest.created_unix,
             last_used_unix: last_used.unwrap_or(manifest.created_unix),
-            state: "ready".into(),
+            state: EntryState::Ready,
             in_use,
             problem: None,
         },
@@ -110,7 +136,7 @@ fn entry_status(cache: &CacheLayout, short: &str) -> EntryStatus {
                 bytes: 0,
                 created_unix: modified,
                 last_used_unix: last_used.unwrap_or(modified),
-                state: "invalid".into(),
+                state: EntryState::Invalid,
                 in_use,
                 problem: Some(err.to_string()),
             }
@@ -128,7 +154,7 @@ pub fn builds(cache: &CacheLayout) -> Vec<BuildStatus> {
         let mut status = BuildStatus {
             short: short.clone(),
             name: String::new(),
-            state: "stale".into(),
+            state: BuildState::Stale,
             shards_done: build.count_shard_records(),
             shards_total: 0,
             builders: Vec::new(),
@@ -145,7 +171,7 @@ pub fn builds(cache: &CacheLayout) -> Vec<BuildStatus> {
             status.shards_total = status.shards_total.max(progress.shards_total);
             status.updated_unix = status.updated_unix.max(progress.updated_unix);
             if lease::holder_alive(Some((progress.host.as_str(), progress.pid)), age) {
-                status.state = "building".into();
+                status.state = BuildState::Building;
                 status.builders.push(format!("{}:{}", progress.host, progress.pid));
             }
         }

@@ -7,22 +7,15 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::{Duration, Instant, SystemTime};
 
-use common::{TestEnv, describe, gpt2_spec};
+use common::{SmallEntry, TestEnv, describe, gpt2_spec};
 
 fn prepare_named(env: &TestEnv, name: &str, dir: &str, seq_len: u32, seed: u64) -> String {
-    if !env.path(dir).exists() {
-        env.shards(dir, "train", 2, 40, seed);
-    }
-    let spec = env.write(
-        &format!("{name}-{seq_len}.toml"),
-        gpt2_spec(name, &format!("{dir}/*.jsonl.zst"), &format!("[sequence]\nseq_len = {seq_len}\n")),
-    );
-    let prepared = env.prepare(&spec, &[]);
+    let (_, prepared) = env.prepare_entry(&SmallEntry { name, dir, shards: 2, documents: 40, seq_len, seed });
     prepared["fingerprint"].as_str().unwrap()[..16].to_string()
 }
 
 fn json(env: &TestEnv, args: &[&str]) -> serde_json::Value {
-    serde_json::from_str(&env.run_ok(args)).unwrap()
+    env.json(args)
 }
 
 fn set_last_use(env: &TestEnv, short: &str, days_ago: u64) {

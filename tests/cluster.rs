@@ -275,8 +275,7 @@ fn skip_policy_counts_bad_records_per_reason_in_the_manifest() {
     let (code, stderr, env) = prepare_inputs(&[("mixed.jsonl", bytes)], "[source]\non_bad_record = \"skip\"\n");
     assert_eq!(code, Some(0), "{stderr}");
     let entry = std::fs::read_dir(env.cache().join("entries")).unwrap().next().unwrap().unwrap().path();
-    let manifest: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(entry.join("manifest.json")).unwrap()).unwrap();
+    let manifest = common::read_manifest(&entry);
     let skipped = &manifest["splits"]["train"]["skipped_records"];
     assert_eq!(skipped["malformed_json"], 2, "{skipped}");
     assert_eq!(skipped["invalid_utf8"], 1);

@@ -60,8 +60,7 @@ fn entry_loads_in_datasets_with_the_ids_of_tokenizers_and_group_texts() {
     let report = check_entry(&python, entry, &args);
     assert!(report["splits"]["train"]["rows"].as_u64().unwrap() > 20, "{report}");
     assert!(report["splits"]["validation"]["rows"].as_u64().unwrap() > 2, "{report}");
-    let manifest: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(Path::new(entry).join("manifest.json")).unwrap()).unwrap();
+    let manifest = common::read_manifest(Path::new(entry));
     assert!(manifest["splits"]["train"]["filtered_documents"].as_u64().unwrap() > 0, "the filter dropped documents");
     assert!(manifest["splits"]["train"]["remainder_tokens"].as_u64().unwrap() > 0, "each shard's remainder is dropped");
 }
@@ -168,8 +167,7 @@ fn gpt2_ids_equal_python_tokenizers_on_unicode_code_and_whitespace() {
     for spec in [builtin, files] {
         let prepared = env.prepare(&spec, &[]);
         let entry = prepared["entry"].as_str().unwrap();
-        let manifest: serde_json::Value =
-            serde_json::from_slice(&std::fs::read(Path::new(entry).join("manifest.json")).unwrap()).unwrap();
+        let manifest = common::read_manifest(Path::new(entry));
         assert_eq!(manifest["tokenizer"]["encoder"], "fast_bytelevel_bpe", "GPT-2 takes the fast path");
         let report = check_entry(&python, entry, &args);
         assert!(report["splits"]["train"]["rows"].as_u64().unwrap() >= 320, "{report}");

@@ -8,21 +8,14 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{TestEnv, describe, gpt2_spec, python};
+use common::{SmallEntry, TestEnv, describe, gpt2_spec, python, read_manifest};
 
 /// Prepares a small entry (several Arrow files) and returns (spec path, entry path).
 fn prepared_entry(env: &TestEnv, name: &str, seed: u64) -> (PathBuf, PathBuf) {
-    env.shards(&format!("data-{name}"), "train", 3, 80, seed);
-    let spec = env.write(
-        &format!("{name}.toml"),
-        gpt2_spec(name, &format!("data-{name}/*.jsonl.zst"), "[sequence]\nseq_len = 64\n"),
-    );
-    let prepared = env.prepare(&spec, &[]);
+    let dir = format!("data-{name}");
+    let entry = SmallEntry { name, dir: &dir, shards: 3, documents: 80, seq_len: 64, seed };
+    let (spec, prepared) = env.prepare_entry(&entry);
     (spec, PathBuf::from(prepared["entry"].as_str().unwrap()))
-}
-
-fn manifest(entry: &Path) -> serde_json::Value {
-    serde_json::from_slice(&std::fs::read(entry.join("manifest.json")).unwrap()).unwrap()
 }
 
 fn is_regular(path: &Path) -> bool {
@@ -40,7 +33,7 @@ fn staged_entry_is_local_regular_files_and_loads_in_datasets() {
     assert_eq!(report["phase"], "done");
     let short = entry.file_name().unwrap().to_str().unwrap();
     let local = dest.join("entries").join(short);
-    for file in manifest(&entry)["files"].as_array().unwrap() {
+    for file in read_manifest(&entry)["files"].as_array().unwrap() {
         let path = local.join(file["path"].as_str().unwrap());
         assert!(is_regular(&path), "{} is a local file", path.display());
         assert_eq!(path.metadata().unwrap().len(), file["size"].as_u64().unwrap());
@@ -65,7 +58,7 @@ fn staged_entry_is_local_regular_files_and_loads_in_datasets() {
     let output = Command::new(python).args(["-c", &script]).env("HF_DATASETS_OFFLINE", "1").output().unwrap();
     assert!(output.status.success(), "{}", describe(&output));
     let (rows, file): (u64, String) = serde_json::from_slice(&output.stdout).unwrap();
-    assert_eq!(rows, manifest(&entry)["splits"]["train"]["rows"].as_u64().unwrap());
+    assert_eq!(rows, read_manifest(&entry)["splits"]["train"]["rows"].as_u64().unwrap());
     assert!(Path::new(&file).starts_with(&dest), "datasets reads from the destination: {file}");
 }
 
@@ -75,7 +68,7 @@ fn rerun_copies_nothing_and_four_racing_stagers_copy_every_byte_once() {
     let (spec, entry) = prepared_entry(&env, "race", 3);
     let dest = env.path("node/ferry");
     let total: u64 =
-        manifest(&entry)["files"].as_array().unwrap().iter().map(|f| f["size"].as_u64().unwrap()).sum::<u64>()
+        read_manifest(&entry)["files"].as_array().unwrap().iter().map(|f| f["size"].as_u64().unwrap()).sum::<u64>()
             + entry.join("manifest.json").metadata().unwrap().len();
     let children: Vec<_> = (0..4)
         .map(|_| {
@@ -288,11 +281,11 @@ fn background_stage_returns_with_the_mirror_ready_and_wait_blocks_until_done() {
     assert!(output.status.success(), "{}", describe(&output));
     // The mirror exists at once: every file is readable, as a symlink or a copy.
     let local = dest.join("by-name/bg");
-    for file in manifest(&entry)["files"].as_array().unwrap() {
+    for file in read_manifest(&entry)["files"].as_array().unwrap() {
         assert!(local.join(file["path"].as_str().unwrap()).is_file());
     }
     env.run_ok(&["wait", "--dest", dest.to_str().unwrap()]);
-    for file in manifest(&entry)["files"].as_array().unwrap() {
+    for file in read_manifest(&entry)["files"].as_array().unwrap() {
         assert!(is_regular(&local.join(file["path"].as_str().unwrap())), "copied after wait");
     }
     let state: serde_json::Value = serde_json::from_slice(

@@ -97,8 +97,7 @@ impl CacheLayout {
         match std::fs::read_to_string(&path) {
             Ok(text) if text.trim() == LAYOUT_VERSION.to_string() => Ok(()),
             Ok(text) => Err(std::io::Error::other(format!(
-                "{} has cache layout version {}, this ferry uses {LAYOUT_VERSION}; use another --cache, or move the old cache away",
-                self.root.display(),
+                "the cache has layout version {}, this ferry uses {LAYOUT_VERSION}; use another --cache, or move the old cache away",
                 text.trim()
             ))),
             Err(err) if err.kind() == std::io::ErrorKind::NotFound => {
@@ -197,9 +196,10 @@ impl BuildLayout {
         self.claims_dir().join(format!("{split}.{shard:06}"))
     }
 
-    /// Where the publisher assembles the entry before renaming it into `entries/`.
-    pub fn assembly(&self) -> EntryLayout {
-        EntryLayout::new(self.root.join("assembly"))
+    /// Where the publisher on `host` with `pid` assembles the entry before
+    /// renaming it into `entries/`; named per task so that one never clears another's.
+    pub fn assembly(&self, host: &str, pid: u32) -> EntryLayout {
+        EntryLayout::new(self.root.join(format!("assembly.{host}.{pid}")))
     }
 
     /// Exclusive-create lock held by the one task that assembles and publishes.

@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::cache::layout::CacheLayout;
 use crate::fsutil;
-use crate::progress::Ticker;
+use crate::ticker::Ticker;
 
 /// How often a holder refreshes its lease, unless the settings say otherwise.
 pub const HEARTBEAT: Duration = Duration::from_secs(10);

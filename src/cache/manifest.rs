@@ -6,9 +6,9 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
+use crate::cache::encoder::EncoderKind;
+use crate::cache::input_file::InputFile;
 use crate::cache::writer::WrittenFile;
-use crate::inputs::InputFile;
-use crate::tokenizer::EncoderKind;
 
 /// Bump on incompatible changes; readers refuse versions they do not know.
 pub const MANIFEST_VERSION: u32 = 1;
@@ -136,7 +136,7 @@ pub struct BuildRecord {
 
 #[derive(Debug, thiserror::Error)]
 pub enum ManifestError {
-    #[error("cannot read manifest {path}: {source}")]
+    #[error("reading manifest {path}")]
     Read { path: String, source: std::io::Error },
     #[error("manifest {path} is invalid: {message}")]
     Invalid { path: String, message: String },

@@ -1,8 +1,14 @@
-//! The on-disk cache: paths, the input-hash memo, entry files and manifests.
+//! The on-disk cache and destinations: paths, memos, entry files, manifests,
+//! build progress and staging state files.
 
+pub mod build_progress;
+pub mod destination;
+pub mod encoder;
 pub mod formats;
+pub mod input_file;
 pub mod layout;
 pub mod lease;
 pub mod manifest;
 pub mod memo;
+pub mod staging;
 pub mod writer;

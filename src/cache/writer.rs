@@ -23,9 +23,9 @@ const BATCH_TOKENS: usize = 4 << 20;
 
 #[derive(Debug, thiserror::Error)]
 pub enum WriteError {
-    #[error("writing {path}: {source}")]
+    #[error("writing {path}")]
     Io { path: PathBuf, source: io::Error },
-    #[error("writing {path}: {source}")]
+    #[error("writing {path}")]
     Arrow { path: PathBuf, source: arrow_schema::ArrowError },
 }
 

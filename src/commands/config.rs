@@ -37,14 +37,14 @@ pub fn run(settings: &Settings, as_json: bool) -> anyhow::Result<()> {
             .map(|(name, (value, source))| (name.to_string(), json!({"value": value, "source": source})))
             .collect();
         let config = settings.config_path().map(|p| p.display().to_string());
-        println!("{}", serde_json::to_string_pretty(&json!({"config_file": config, "settings": map}))?);
+        out!("{}", serde_json::to_string_pretty(&json!({"config_file": config, "settings": map}))?)?;
     } else {
         match settings.config_path() {
-            Some(path) => println!("config file: {}", path.display()),
-            None => println!("config file: none ($FERRY_CONFIG unset, {} absent)", crate::settings::DEFAULT_CONFIG),
+            Some(path) => out!("config file: {}", path.display())?,
+            None => out!("config file: none ($FERRY_CONFIG unset, {} absent)", crate::settings::DEFAULT_CONFIG)?,
         }
         for (name, (value, source)) in rows {
-            println!("{name:<27} {value:<40} ({source})");
+            out!("{name:<27} {value:<40} ({source})")?;
         }
     }
     Ok(())

@@ -47,10 +47,10 @@ pub fn run(dir: &Path, workers: usize, progress: ProgressMode) -> anyhow::Result
     let options = PrepareOptions { workers, progress };
     let prepared = prepare::prepare(&spec, &cache, &options).context("preparing the demo corpus")?;
     let counts = &prepared.manifest.totals.counts;
-    println!("spec        {}", spec_path.display());
-    println!("fingerprint {}", prepared.manifest.fingerprint);
-    println!("entry       {}", prepared.entry.root().display());
-    println!(
+    out!("spec        {}", spec_path.display())?;
+    out!("fingerprint {}", prepared.manifest.fingerprint)?;
+    out!("entry       {}", prepared.entry.root().display())?;
+    out!(
         "{} documents, {} tokens in {} rows of {} ({}, {:.2} s to tokenize)",
         counts.documents,
         counts.tokens,
@@ -58,24 +58,21 @@ pub fn run(dir: &Path, workers: usize, progress: ProgressMode) -> anyhow::Result
         spec.sequence.seq_len,
         if prepared.built { "built now" } else { "cached" },
         prepared.manifest.timings.tokenize_seconds,
-    );
+    )?;
 
     // Stage it as a job would onto a node's local disk.
     let dest = std::path::absolute(dir.join("node-local"))?;
     let plan = stage::plan_entry(&cache, &prepared.manifest, &dest)?;
     let options = StageOptions { dest: dest.clone(), threads: 16, verify: true, progress };
     let report = stage::stage(&plan, &options).context("staging the demo entry")?;
-    println!(
+    out!(
         "staged      {} ({} files copied and verified, {} already there, {:.2} s)",
         report.dest_root.display(),
         report.files_copied,
         report.files_skipped,
         report.seconds
-    );
-    let by_name = dest.join("by-name").join(&spec.name);
-    println!(
-        "\nload it with:\n  python3 -c \"import datasets; print(datasets.load_from_disk('{}'))\"",
-        by_name.display()
-    );
+    )?;
+    let by_name = crate::cache::destination::DestLayout::new(&dest).mirror().by_name(&spec.name);
+    out!("\nload it with:\n  python3 -c \"import datasets; print(datasets.load_from_disk('{}'))\"", by_name.display())?;
     Ok(())
 }

@@ -17,32 +17,29 @@ pub fn run(
         None => gc::collect_cache(&CacheLayout::new(cache_root), policy, dry_run)?,
     };
     if as_json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
+        out!("{}", serde_json::to_string_pretty(&report)?)?;
     } else {
-        print_report(&report);
+        print_report(&report)?;
     }
     Ok(())
 }
 
-fn print_report(report: &GcReport) {
+fn print_report(report: &GcReport) -> std::io::Result<()> {
     let verb = if report.dry_run { "would remove" } else { "removed" };
     for action in &report.removed {
         let name = if action.name.is_empty() { String::new() } else { format!(" ({})", action.name) };
-        println!(
+        out!(
             "{verb} {} {}{name}: {}, {}",
             action.kind.replace('_', " "),
             action.path,
             bytesize::ByteSize(action.bytes),
             action.reason
-        );
+        )?;
     }
     for short in &report.kept_in_use {
-        println!("kept {short}: in use (a live stage or build holds a lease)");
+        out!("kept {short}: in use (a live stage or build holds a lease)")?;
     }
     let freed = if report.dry_run { "would free" } else { "freed" };
-    println!(
-        "{freed} {}; {} remain",
-        bytesize::ByteSize(report.freed_bytes),
-        bytesize::ByteSize(report.remaining_bytes)
-    );
+    out!("{freed} {}; {} remain", bytesize::ByteSize(report.freed_bytes), bytesize::ByteSize(report.remaining_bytes))?;
+    Ok(())
 }

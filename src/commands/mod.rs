@@ -1,13 +1,25 @@
 //! One module per subcommand. Commands take resolved values, print what the user
 //! asked for to stdout, and return errors for `main` to print once.
 
+/// `println!` that returns the error instead of panicking, so a reader closing
+/// stdout early (`ferry status | head -1`) ends the command quietly.
+macro_rules! out {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        writeln!(std::io::stdout().lock(), $($arg)*)
+    }};
+}
+
 mod config;
 mod demo;
+mod exit;
 mod gc;
 mod prepare;
 mod stage;
 mod status;
 mod verify;
+
+pub use exit::exit_code;
 
 use std::path::PathBuf;
 
@@ -40,7 +52,10 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Stage(args) => {
             let (dest, cache) = (dest(args.dest.clone())?, settings.cache(args.cache.cache.clone()).value);
             let threads = settings.stage_threads(args.jobs).value;
-            stage::run(args, &cache, dest, threads, progress)
+            let target = stage::StageTarget::from_flags(args.spec, args.entry, args.src, args.files_from)?;
+            let request =
+                stage::StageRequest { target, verify: args.verify, background: args.background, json: args.json };
+            stage::run(request, &cache, dest, threads, progress)
         }
         Command::Wait { dest: flag, entry, json } => stage::wait(dest(flag)?, entry.as_deref(), json),
         Command::Status { cache, dest, json } => status::run(
@@ -72,7 +87,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
             let socket = settings.socket(socket).value;
             let reply = crate::daemon::client::request(&socket, &request, None)
                 .map_err(|err| UserError(format!("no answer from a ferry daemon on {}: {err}", socket.display())))?;
-            println!("{reply}");
+            out!("{reply}")?;
             if reply["ok"] != true {
                 anyhow::bail!(UserError(format!(
                     "the daemon refused: {}",
@@ -85,26 +100,6 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
     }
 }
 
-/// 1 for failures the user can fix (bad spec, bad input, no space), 2 otherwise.
-pub fn exit_code(err: &anyhow::Error) -> u8 {
-    for cause in err.chain() {
-        if let Some(err) = cause.downcast_ref::<crate::prepare::PrepareError>() {
-            return if err.is_user_error() { 1 } else { 2 };
-        }
-        if let Some(err) = cause.downcast_ref::<crate::stage::StageError>() {
-            return if err.is_user_error() { 1 } else { 2 };
-        }
-        if cause.is::<crate::daemon::DaemonError>() {
-            return 1;
-        }
-        if cause.is::<crate::spec::SpecError>() || cause.is::<UserError>() || cause.is::<crate::settings::ConfigError>()
-        {
-            return 1;
-        }
-    }
-    2
-}
-
 /// A failure the user can fix, with its message.
 #[derive(Debug, thiserror::Error)]
 #[error("{0}")]
@@ -114,7 +109,7 @@ pub struct UserError(pub String);
 pub fn find_entry(cache: &CacheLayout, prefix: &str) -> anyhow::Result<Manifest> {
     let prefix = prefix.to_ascii_lowercase();
     let entries = std::fs::read_dir(cache.entries_dir())
-        .with_context(|| format!("listing the entries of {}", cache.root().display()))?;
+        .with_context(|| format!("listing the entries of {}", cache.entries_dir().display()))?;
     let matches: Vec<String> = entries
         .flatten()
         .map(|e| e.file_name().to_string_lossy().into_owned())

@@ -25,9 +25,9 @@ pub fn run(
         .with_context(|| format!("preparing {}", spec_path.display()))?;
     let elapsed = started.elapsed();
     if as_json {
-        println!("{}", serde_json::to_string_pretty(&summary_json(&prepared, elapsed.as_secs_f64()))?);
+        out!("{}", serde_json::to_string_pretty(&summary_json(&prepared, elapsed.as_secs_f64()))?)?;
     } else {
-        print_summary(&prepared, elapsed);
+        print_summary(&prepared, elapsed)?;
     }
     Ok(())
 }
@@ -47,13 +47,13 @@ fn summary_json(prepared: &Prepared, seconds: f64) -> serde_json::Value {
     })
 }
 
-fn print_summary(prepared: &Prepared, elapsed: std::time::Duration) {
+fn print_summary(prepared: &Prepared, elapsed: std::time::Duration) -> std::io::Result<()> {
     let manifest = &prepared.manifest;
     let counts = &manifest.totals.counts;
-    println!("fingerprint {}", manifest.fingerprint);
-    println!("entry {}", prepared.entry.root().display());
+    out!("fingerprint {}", manifest.fingerprint)?;
+    out!("entry {}", prepared.entry.root().display())?;
     if prepared.built {
-        println!(
+        out!(
             "built {}: {} documents ({} filtered, {} skipped), {} tokens in {} rows, {} written in {} ({}tokens/s, {} shards here)",
             manifest.name,
             counts.documents,
@@ -65,13 +65,14 @@ fn print_summary(prepared: &Prepared, elapsed: std::time::Duration) {
             humantime::format_duration(std::time::Duration::from_millis(elapsed.as_millis() as u64)),
             progress::per_second(counts.tokens, elapsed),
             prepared.shards_tokenized_here,
-        );
+        )?;
         let tokenizer = &manifest.tokenizer;
         match &tokenizer.fast_unavailable {
-            Some(reason) => println!("encoder {} (fast path off: {reason})", tokenizer.encoder.name()),
-            None => println!("encoder {}", tokenizer.encoder.name()),
+            Some(reason) => out!("encoder {} (fast path off: {reason})", tokenizer.encoder.name())?,
+            None => out!("encoder {}", tokenizer.encoder.name())?,
         }
     } else {
-        println!("cached {}: {} tokens in {} rows (nothing to do)", manifest.name, counts.tokens, counts.rows);
+        out!("cached {}: {} tokens in {} rows (nothing to do)", manifest.name, counts.tokens, counts.rows)?;
     }
+    Ok(())
 }

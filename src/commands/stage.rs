@@ -8,55 +8,94 @@ use std::time::Duration;
 use anyhow::{Context, bail};
 
 use super::UserError;
+use crate::cache::destination::DestLayout;
 use crate::cache::layout::CacheLayout;
-use crate::cli::StageArgs;
 use crate::prepare;
 use crate::progress::ProgressMode;
 use crate::spec::Spec;
+use crate::stage::command::{StageCommand, StageSource};
 use crate::stage::state::{self, Phase, WaitOutcome};
 use crate::stage::{self, PlanKind, StageOptions, StagePlan, StageReport};
 
+/// What to stage, as the flags name it.
+pub enum StageTarget {
+    /// `--src DIR --files-from LIST`: files of an existing cache directory.
+    DropIn { src: PathBuf, files_from: PathBuf },
+    /// `--entry FINGERPRINT`: a published entry, by fingerprint prefix.
+    Entry(String),
+    /// `SPEC`: the published entry of a spec.
+    Spec(PathBuf),
+}
+
+impl StageTarget {
+    /// The target the flags name: drop-in when both `--src` and `--files-from` are given,
+    /// else `--entry`, else the spec.
+    pub fn from_flags(
+        spec: Option<PathBuf>,
+        entry: Option<String>,
+        src: Option<PathBuf>,
+        files_from: Option<PathBuf>,
+    ) -> anyhow::Result<StageTarget> {
+        Ok(match (src, files_from, entry, spec) {
+            (Some(src), Some(files_from), _, _) => StageTarget::DropIn { src, files_from },
+            (_, _, Some(entry), _) => StageTarget::Entry(entry),
+            (_, _, None, Some(spec)) => StageTarget::Spec(spec),
+            _ => bail!(UserError("a spec, --entry or --src with --files-from is required".into())),
+        })
+    }
+}
+
+/// A resolved `ferry stage`.
+pub struct StageRequest {
+    pub target: StageTarget,
+    pub verify: bool,
+    pub background: bool,
+    pub json: bool,
+}
+
 pub fn run(
-    args: StageArgs,
+    request: StageRequest,
     cache_root: &Path,
     dest: PathBuf,
     threads: usize,
     progress: ProgressMode,
 ) -> anyhow::Result<()> {
     let cache = CacheLayout::new(cache_root);
-    let plan = if let (Some(src), Some(list)) = (&args.src, &args.files_from) {
-        stage::plan_drop_in(src, &read_list(list)?, &dest, threads)?
-    } else if let Some(prefix) = &args.entry {
-        stage::plan_entry(&cache, &super::find_entry(&cache, prefix)?, &dest)?
-    } else {
-        let spec_path = args.spec.as_deref().context("a spec, --entry or --src is required")?;
-        let spec = Spec::load(spec_path)?;
-        let located = prepare::locate(&spec, &cache)?;
-        let Some((_, manifest)) = prepare::published(&cache, &located.fingerprint)? else {
-            bail!(UserError(format!(
-                "the entry of {} ({}) is not in {}; run `ferry prepare {}` first",
-                spec_path.display(),
-                located.fingerprint.short(),
-                cache.root().display(),
-                spec_path.display()
-            )));
-        };
-        stage::plan_entry(&cache, &manifest, &dest)?
+    let plan = match &request.target {
+        StageTarget::DropIn { src, files_from } => stage::plan_drop_in(src, &read_list(files_from)?, &dest, threads)?,
+        StageTarget::Entry(prefix) => stage::plan_entry(&cache, &super::find_entry(&cache, prefix)?, &dest)?,
+        StageTarget::Spec(spec_path) => plan_spec(&cache, spec_path, &dest)?,
     };
-    let options = StageOptions { dest: dest.clone(), threads, verify: args.verify, progress };
+    let options = StageOptions { dest: dest.clone(), threads, verify: request.verify, progress };
     if let PlanKind::Entry { .. } = plan.kind {
         prepare::mark_used(&cache, &plan.id);
     }
-    if args.background {
+    if request.background {
         return start_background(&plan, &options, &cache);
     }
     let report = stage::stage(&plan, &options).with_context(|| format!("staging into {}", dest.display()))?;
-    if args.json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
+    if request.json {
+        out!("{}", serde_json::to_string_pretty(&report)?)?;
     } else {
-        print_report(&report);
+        print_report(&report)?;
     }
     Ok(())
+}
+
+/// The plan for a spec's published entry; a spec not prepared yet is the user's to prepare.
+fn plan_spec(cache: &CacheLayout, spec_path: &Path, dest: &Path) -> anyhow::Result<StagePlan> {
+    let spec = Spec::load(spec_path)?;
+    let located = prepare::locate(&spec, cache)?;
+    let Some((_, manifest)) = prepare::published(cache, &located.fingerprint)? else {
+        bail!(UserError(format!(
+            "the entry of {} ({}) is not in {}; run `ferry prepare {}` first",
+            spec_path.display(),
+            located.fingerprint.short(),
+            cache.root().display(),
+            spec_path.display()
+        )));
+    };
+    Ok(stage::plan_entry(cache, &manifest, dest)?)
 }
 
 fn read_list(path: &Path) -> anyhow::Result<String> {
@@ -77,22 +116,19 @@ fn start_background(plan: &StagePlan, options: &StageOptions, cache: &CacheLayou
     let missing: Vec<&str> = stage::pending_files(plan, options.verify).iter().map(|f| f.relative.as_str()).collect();
     stage::build_mirror(plan, dest, &missing)?;
     let exe = std::env::current_exe().context("finding the ferry executable")?;
-    let mut child = std::process::Command::new(exe);
-    child.arg("stage").arg("--dest").arg(dest).arg("--jobs").arg(options.threads.to_string());
-    match &plan.kind {
-        PlanKind::Entry { .. } => {
-            child.arg("--entry").arg(&plan.id).arg("--cache").arg(std::path::absolute(cache.root())?);
-        }
+    let cache_root = std::path::absolute(cache.root())?;
+    let list_path = DestLayout::new(dest).files_list(&plan.id);
+    let source = match &plan.kind {
+        PlanKind::Entry { .. } => StageSource::Entry { entry: &plan.id, cache: &cache_root },
         PlanKind::DropIn => {
-            let list_path = state::control_dir(dest).join(format!("files-{}.txt", plan.id));
             let list: String = plan.files.iter().map(|f| format!("{}\n", f.relative)).collect();
             crate::fsutil::write_atomic(&list_path, list.as_bytes())?;
-            child.arg("--src").arg(&plan.source_root).arg("--files-from").arg(list_path);
+            StageSource::DropIn { src: &plan.source_root, files_from: &list_path }
         }
-    }
-    if options.verify {
-        child.arg("--verify");
-    }
+    };
+    let command = StageCommand { source, dest, verify: options.verify, jobs: Some(options.threads), quiet: false };
+    let mut child = std::process::Command::new(exe);
+    child.args(command.args());
     let log_path = state::log_path(dest, &plan.id);
     let log = fs_err::File::create(&log_path)?;
     use std::os::unix::process::CommandExt;
@@ -109,31 +145,25 @@ fn start_background(plan: &StagePlan, options: &StageOptions, cache: &CacheLayou
     queued.pid = spawned.id();
     state::write(dest, &queued)?;
     drop(lock);
-    println!("mirror ready: {}", plan.dest_root.display());
-    println!(
+    out!("mirror ready: {}", plan.dest_root.display())?;
+    out!(
         "copying in the background (pid {}, log {}); `ferry wait --dest {}` blocks until done",
         spawned.id(),
         log_path.display(),
         dest.display()
-    );
+    )?;
     Ok(())
 }
 
 pub fn wait(dest: PathBuf, entry: Option<&str>, as_json: bool) -> anyhow::Result<()> {
     match state::wait(&dest, entry, Duration::from_millis(200)) {
         WaitOutcome::Done(states) if as_json => {
-            println!("{}", serde_json::to_string_pretty(&staged_json(&dest, &states))?);
+            out!("{}", serde_json::to_string_pretty(&staged_json(&dest, &states))?)?;
             Ok(())
         }
         WaitOutcome::Done(states) => {
             for s in states {
-                println!(
-                    "{} ({}) staged: {} files, {}",
-                    s.name,
-                    s.id,
-                    s.files_total,
-                    bytesize::ByteSize(s.bytes_total)
-                );
+                out!("{} ({}) staged: {} files, {}", s.name, s.id, s.files_total, bytesize::ByteSize(s.bytes_total))?;
             }
             Ok(())
         }
@@ -165,11 +195,11 @@ fn staged_json(dest: &Path, states: &[state::StageState]) -> serde_json::Value {
     serde_json::json!({"dest": dest, "staged": staged})
 }
 
-fn print_report(report: &StageReport) {
+fn print_report(report: &StageReport) -> std::io::Result<()> {
     let s = &report.state;
     let copied = bytesize::ByteSize(s.bytes_copied);
-    println!("staged {} ({}) into {}", s.name, s.id, report.dest_root.display());
-    println!(
+    out!("staged {} ({}) into {}", s.name, s.id, report.dest_root.display())?;
+    out!(
         "{} files copied, {} already there; {} in {:.2} s ({}/s){}",
         report.files_copied,
         report.files_skipped,
@@ -177,5 +207,6 @@ fn print_report(report: &StageReport) {
         report.seconds,
         bytesize::ByteSize(s.bytes_per_second as u64),
         if report.waited_for_another_stager { "; waited for another stager" } else { "" },
-    );
+    )?;
+    Ok(())
 }

@@ -3,13 +3,18 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, UNIX_EPOCH};
 
+use anyhow::Context;
 use serde_json::json;
 
 use crate::cache::layout::CacheLayout;
 use crate::stage::state::StageState;
-use crate::status::{self, CacheStatus};
+use crate::status::{self, CacheStatus, EntryState};
 
 pub fn run(cache_root: &Path, dest: Option<PathBuf>, socket: &Path, as_json: bool) -> anyhow::Result<()> {
+    if let Some(dest) = &dest {
+        // A cache that does not exist yet is empty, but a destination that does not exist is a wrong path.
+        std::fs::metadata(dest).with_context(|| format!("reading the staging state of {}", dest.display()))?;
+    }
     let cache = CacheLayout::new(cache_root);
     let report = status::cache_status(&cache);
     let staging = dest.as_deref().map(status::staging).unwrap_or_default();
@@ -30,28 +35,28 @@ pub fn run(cache_root: &Path, dest: Option<PathBuf>, socket: &Path, as_json: boo
             "staging": staging,
             "daemon": daemon,
         });
-        println!("{}", serde_json::to_string_pretty(&value)?);
+        out!("{}", serde_json::to_string_pretty(&value)?)?;
     } else {
-        print_cache(&report);
+        print_cache(&report)?;
         if let Some(dest) = &dest {
-            print_staging(dest, &staging);
+            print_staging(dest, &staging)?;
         }
         if let Some(daemon) = &daemon {
-            println!(
+            out!(
                 "\ndaemon on {} (pid {}, up {} s)",
                 daemon["host"].as_str().unwrap_or("?"),
                 daemon["pid"],
                 daemon["uptime_seconds"]
-            );
+            )?;
             for s in daemon["stagings"].as_array().into_iter().flatten() {
-                println!(
+                out!(
                     "  staging {} of {} into {} for uid {}: {}",
                     s["id"],
                     s["entry"].as_str().unwrap_or(""),
                     s["dest"].as_str().unwrap_or(""),
                     s["uid"],
                     s["phase"].as_str().unwrap_or("")
-                );
+                )?;
             }
         }
     }
@@ -64,24 +69,31 @@ fn date(unix: u64) -> String {
     text.get(..16).unwrap_or(&text).replace('T', " ")
 }
 
-fn print_cache(report: &CacheStatus) {
-    println!("cache {}", report.cache);
+fn print_cache(report: &CacheStatus) -> std::io::Result<()> {
+    out!("cache {}", report.cache)?;
     if report.entries.is_empty() && report.builds.is_empty() {
-        println!("  (empty)");
+        out!("  (empty)")?;
     }
     if !report.entries.is_empty() {
-        println!(
+        out!(
             "{:<24} {:<16} {:<18} {:>10} {:>14} {:>10}  {:<16}  {:<16}  STATE",
-            "NAME", "FINGERPRINT", "SPLITS", "ROWS", "TOKENS", "SIZE", "CREATED (UTC)", "LAST USED (UTC)"
-        );
+            "NAME",
+            "FINGERPRINT",
+            "SPLITS",
+            "ROWS",
+            "TOKENS",
+            "SIZE",
+            "CREATED (UTC)",
+            "LAST USED (UTC)"
+        )?;
     }
     for e in &report.entries {
-        let state = match (e.state.as_str(), e.in_use) {
-            ("ready", 0) => "ready".to_string(),
-            ("ready", n) => format!("ready, in use ({n})"),
-            (other, _) => format!("{other}: {}", e.problem.as_deref().unwrap_or("")),
+        let state = match (e.state, e.in_use) {
+            (EntryState::Ready, 0) => "ready".to_string(),
+            (EntryState::Ready, n) => format!("ready, in use ({n})"),
+            (EntryState::Invalid, _) => format!("invalid: {}", e.problem.as_deref().unwrap_or("")),
         };
-        println!(
+        out!(
             "{:<24} {:<16} {:<18} {:>10} {:>14} {:>10}  {:<16}  {:<16}  {}",
             e.name,
             e.short,
@@ -92,11 +104,11 @@ fn print_cache(report: &CacheStatus) {
             date(e.created_unix),
             date(e.last_used_unix),
             state
-        );
+        )?;
     }
     for b in &report.builds {
         let who = if b.builders.is_empty() { "no live builder".to_string() } else { b.builders.join(", ") };
-        println!(
+        out!(
             "{:<24} {:<16} {} {}/{} shards ({}), updated {}",
             b.name,
             b.short,
@@ -105,20 +117,21 @@ fn print_cache(report: &CacheStatus) {
             b.shards_total,
             who,
             date(b.updated_unix)
-        );
+        )?;
     }
     let t = &report.totals;
-    println!("total: {} entries, {} tokens, {}; {} builds", t.entries, t.tokens, bytesize::ByteSize(t.bytes), t.builds);
+    out!("total: {} entries, {} tokens, {}; {} builds", t.entries, t.tokens, bytesize::ByteSize(t.bytes), t.builds)?;
+    Ok(())
 }
 
-fn print_staging(dest: &Path, staging: &[StageState]) {
-    println!("\nstaging into {}", dest.display());
+fn print_staging(dest: &Path, staging: &[StageState]) -> std::io::Result<()> {
+    out!("\nstaging into {}", dest.display())?;
     if staging.is_empty() {
-        println!("  (nothing staged)");
+        out!("  (nothing staged)")?;
     }
     for s in staging {
         let percent = if s.bytes_total == 0 { 100.0 } else { 100.0 * s.bytes_done as f64 / s.bytes_total as f64 };
-        println!(
+        out!(
             "  {:<24} {:<16} {}: {}/{} files, {}/{} ({percent:.0}%), {}/s, pid {} on {}{}",
             s.name,
             s.id,
@@ -131,6 +144,7 @@ fn print_staging(dest: &Path, staging: &[StageState]) {
             s.pid,
             s.host,
             s.error.as_deref().map(|e| format!(": {e}")).unwrap_or_default()
-        );
+        )?;
     }
+    Ok(())
 }

@@ -5,7 +5,8 @@ use std::path::Path;
 use anyhow::bail;
 
 use super::{UserError, find_entry};
-use crate::cache::layout::CacheLayout;
+use crate::cache::destination::DestLayout;
+use crate::cache::layout::{CacheLayout, EntryLayout};
 use crate::cache::manifest::Manifest;
 use crate::verify::{self, VerifyReport};
 
@@ -21,13 +22,14 @@ pub fn run(
     let mut targets: Vec<(Manifest, std::path::PathBuf)> = Vec::new();
     match (dest, fingerprint) {
         (Some(dest), _) => {
-            for item in std::fs::read_dir(dest.join("entries"))?.flatten() {
+            for item in fs_err::read_dir(DestLayout::new(dest).mirror().entries_dir())?.flatten() {
                 let short = item.file_name().to_string_lossy().into_owned();
                 let staged = item.path().symlink_metadata().is_ok_and(|m| m.is_dir());
                 if !staged || fingerprint.is_some_and(|f| !short.starts_with(f)) {
                     continue;
                 }
-                targets.push((Manifest::load(&item.path().join("manifest.json"))?, item.path()));
+                let entry = EntryLayout::new(item.path());
+                targets.push((Manifest::load(&entry.manifest())?, item.path()));
             }
         }
         (None, Some(prefix)) => {
@@ -36,9 +38,9 @@ pub fn run(
             targets.push((manifest, root));
         }
         (None, None) if all => {
-            for item in std::fs::read_dir(cache.entries_dir())?.flatten() {
+            for item in fs_err::read_dir(cache.entries_dir())?.flatten() {
                 let root = item.path();
-                targets.push((Manifest::load(&root.join("manifest.json"))?, root));
+                targets.push((Manifest::load(&EntryLayout::new(&root).manifest())?, root));
             }
         }
         (None, None) => bail!(UserError("give a fingerprint, --all, or --dest".into())),
@@ -46,20 +48,20 @@ pub fn run(
     let reports: Vec<VerifyReport> =
         targets.iter().map(|(manifest, root)| verify::verify_entry(root, manifest)).collect();
     if as_json {
-        println!("{}", serde_json::to_string_pretty(&reports)?);
+        out!("{}", serde_json::to_string_pretty(&reports)?)?;
     } else {
         for report in &reports {
             let verdict = if report.problems.is_empty() { "ok" } else { "DAMAGED" };
-            println!(
+            out!(
                 "{} {} ({}): {} files, {}: {verdict}",
                 report.name,
                 &report.fingerprint[..16.min(report.fingerprint.len())],
                 report.root,
                 report.files,
                 bytesize::ByteSize(report.bytes)
-            );
+            )?;
             for problem in &report.problems {
-                println!("  {}: {}", problem.path, problem.problem);
+                out!("  {}: {}", problem.path, problem.problem)?;
             }
         }
     }

@@ -23,7 +23,7 @@ pub use server::{Daemon, DaemonConfig};
 pub enum DaemonError {
     #[error("another ferry daemon answers on {0}; stop it first")]
     AlreadyRunning(PathBuf),
-    #[error("{doing} {path}: {source}")]
+    #[error("{doing} {path}")]
     Io { doing: &'static str, path: PathBuf, source: std::io::Error },
     #[error("metrics address {0} is not a loopback address; metrics are served on 127.0.0.1 or ::1 only")]
     NotLoopback(String),

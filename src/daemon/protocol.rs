@@ -38,6 +38,16 @@ pub enum Request {
     },
 }
 
+/// Where a staging the daemon started stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StagingPhase {
+    Running,
+    Done,
+    Failed,
+    Cancelled,
+}
+
 /// A staging the daemon started.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Staging {
@@ -46,8 +56,7 @@ pub struct Staging {
     pub dest: String,
     pub uid: u32,
     pub pid: u32,
-    /// "running", "done", "failed" or "cancelled".
-    pub phase: String,
+    pub phase: StagingPhase,
     pub exit_code: Option<i32>,
     pub bytes_copied: Option<u64>,
 }

@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 use std::future::Future;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -17,9 +17,10 @@ use tokio::sync::{Mutex, watch};
 
 use uzers::os::unix::UserExt;
 
-use super::protocol::{MAX_FRAME, Request, Staging, error_reply};
+use super::protocol::{MAX_FRAME, Request, Staging, StagingPhase, error_reply};
 use crate::cache::layout::CacheLayout;
 use crate::fsutil;
+use crate::stage::command::{StageCommand, StageSource};
 
 /// What the server needs to know.
 #[derive(Debug, Clone)]
@@ -68,7 +69,7 @@ impl Daemon {
     }
 
     pub async fn active_stagings(&self) -> usize {
-        self.stagings.lock().await.values().filter(|s| s.info.phase == "running").count()
+        self.stagings.lock().await.values().filter(|s| s.info.phase == StagingPhase::Running).count()
     }
 }
 
@@ -192,12 +193,16 @@ async fn start_staging(
     if !dest.starts_with('/') {
         return Err("dest must be an absolute path".into());
     }
-    let cache = cache.unwrap_or_else(|| daemon.config.cache.display().to_string());
+    let cache = cache.map_or_else(|| daemon.config.cache.clone(), PathBuf::from);
+    let stage = StageCommand {
+        source: StageSource::Entry { entry: &entry, cache: &cache },
+        dest: Path::new(&dest),
+        verify,
+        jobs: None,
+        quiet: true,
+    };
     let mut command = tokio::process::Command::new(&daemon.config.ferry);
-    command.args(["-q", "stage", "--entry", &entry, "--dest", &dest, "--cache", &cache]);
-    if verify {
-        command.arg("--verify");
-    }
+    command.args(stage.args());
     if own_uid == 0 && target_uid != 0 {
         command.uid(target_uid).gid(target_gid);
         if let Some(user) = uzers::get_user_by_uid(target_uid) {
@@ -205,7 +210,7 @@ async fn start_staging(
         }
     }
     command.stdin(std::process::Stdio::null()).stdout(std::process::Stdio::null()).stderr(std::process::Stdio::piped());
-    let mut child = command.spawn().map_err(|err| format!("cannot start ferry stage: {err}"))?;
+    let child = command.spawn().map_err(|err| format!("cannot start ferry stage: {err}"))?;
     let pid = child.id().unwrap_or(0);
     let id = daemon.next_id.fetch_add(1, Ordering::Relaxed);
     let (done, finished) = watch::channel(false);
@@ -215,48 +220,58 @@ async fn start_staging(
         dest: dest.clone(),
         uid: target_uid,
         pid,
-        phase: "running".into(),
+        phase: StagingPhase::Running,
         exit_code: None,
         bytes_copied: None,
     };
     daemon.stagings.lock().await.insert(id, Running { info, finished });
     daemon.metrics.stagings_started.fetch_add(1, Ordering::Relaxed);
-    let daemon_for_child = daemon.clone();
-    let mut stderr = child.stderr.take();
-    tokio::spawn(async move {
-        let mut errors = Vec::new();
-        if let Some(stderr) = stderr.as_mut() {
-            let _ = stderr.take(16 * 1024).read_to_end(&mut errors).await;
-        }
-        let status = child.wait().await;
-        let code = status.as_ref().ok().and_then(|s| s.code());
-        let copied = crate::stage::state::read_all(std::path::Path::new(&dest))
-            .into_iter()
-            .find(|s| entry.starts_with(&s.id) || s.id.starts_with(&entry))
-            .map(|s| s.bytes_copied);
-        let metrics = &daemon_for_child.metrics;
-        let mut stagings = daemon_for_child.stagings.lock().await;
-        if let Some(running) = stagings.get_mut(&id) {
-            let cancelled = running.info.phase == "cancelled";
-            running.info.exit_code = code;
-            running.info.bytes_copied = copied;
-            if !cancelled {
-                running.info.phase = if code == Some(0) { "done" } else { "failed" }.into();
-            }
-            if code == Some(0) {
-                metrics.bytes_staged.fetch_add(copied.unwrap_or(0), Ordering::Relaxed);
-                if copied == Some(0) {
-                    metrics.stagings_already_complete.fetch_add(1, Ordering::Relaxed);
-                }
-            } else {
-                metrics.stagings_failed.fetch_add(1, Ordering::Relaxed);
-                let message = String::from_utf8_lossy(&errors);
-                tracing::warn!(id, code, error = %message.trim(), "staging failed");
-            }
-        }
-        let _ = done.send(true);
-    });
+    tokio::spawn(watch_staging(daemon.clone(), child, id, entry, dest, done));
     Ok(json!({"ok": true, "id": id, "pid": pid}))
+}
+
+/// Waits for a started stage and records how it ended.
+async fn watch_staging(
+    daemon: Arc<Daemon>,
+    mut child: tokio::process::Child,
+    id: u64,
+    entry: String,
+    dest: String,
+    done: watch::Sender<bool>,
+) {
+    let daemon_for_child = daemon;
+    let mut stderr = child.stderr.take();
+    let mut errors = Vec::new();
+    if let Some(stderr) = stderr.as_mut() {
+        let _ = stderr.take(16 * 1024).read_to_end(&mut errors).await;
+    }
+    let status = child.wait().await;
+    let code = status.as_ref().ok().and_then(|s| s.code());
+    let copied = crate::stage::state::read_all(std::path::Path::new(&dest))
+        .into_iter()
+        .find(|s| entry.starts_with(&s.id) || s.id.starts_with(&entry))
+        .map(|s| s.bytes_copied);
+    let metrics = &daemon_for_child.metrics;
+    let mut stagings = daemon_for_child.stagings.lock().await;
+    if let Some(running) = stagings.get_mut(&id) {
+        let cancelled = running.info.phase == StagingPhase::Cancelled;
+        running.info.exit_code = code;
+        running.info.bytes_copied = copied;
+        if !cancelled {
+            running.info.phase = if code == Some(0) { StagingPhase::Done } else { StagingPhase::Failed };
+        }
+        if code == Some(0) {
+            metrics.bytes_staged.fetch_add(copied.unwrap_or(0), Ordering::Relaxed);
+            if copied == Some(0) {
+                metrics.stagings_already_complete.fetch_add(1, Ordering::Relaxed);
+            }
+        } else {
+            metrics.stagings_failed.fetch_add(1, Ordering::Relaxed);
+            let message = String::from_utf8_lossy(&errors);
+            tracing::warn!(id, code, error = %message.trim(), "staging failed");
+        }
+    }
+    let _ = done.send(true);
 }
 
 async fn authorized(daemon: &Arc<Daemon>, id: u64, uid: u32) -> Result<watch::Receiver<bool>, String> {
@@ -280,7 +295,7 @@ async fn wait(daemon: &Arc<Daemon>, id: u64, uid: u32) -> Value {
     }
     let stagings = daemon.stagings.lock().await;
     match stagings.get(&id) {
-        Some(running) => json!({"ok": running.info.phase == "done", "staging": running.info}),
+        Some(running) => json!({"ok": running.info.phase == StagingPhase::Done, "staging": running.info}),
         None => error_reply(format!("no staging {id}")),
     }
 }
@@ -291,10 +306,10 @@ async fn cancel(daemon: &Arc<Daemon>, id: u64, uid: u32) -> Value {
     }
     let mut stagings = daemon.stagings.lock().await;
     let Some(running) = stagings.get_mut(&id) else { return error_reply(format!("no staging {id}")) };
-    if running.info.phase != "running" {
+    if running.info.phase != StagingPhase::Running {
         return json!({"ok": true, "staging": running.info});
     }
-    running.info.phase = "cancelled".into();
+    running.info.phase = StagingPhase::Cancelled;
     if let Some(pid) = rustix::process::Pid::from_raw(running.info.pid as i32) {
         let _ = rustix::process::kill_process(pid, rustix::process::Signal::TERM);
     }

@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::cache::lease;
 use crate::fsutil;
-use crate::progress::Ticker;
+use crate::ticker::Ticker;
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Owner {

@@ -5,28 +5,26 @@ mod budget;
 mod claims;
 mod pipeline;
 mod publish;
+mod record;
 mod shard;
 
-use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
+use crate::cache::build_progress::BuildProgress;
 use crate::cache::layout::{BuildLayout, CacheLayout, EntryLayout};
 use crate::cache::lease::Lease;
-use crate::cache::manifest::{
-    BuildRecord, Counts, InputRecord, MANIFEST_VERSION, Manifest, ManifestError, SplitRecord, Timings, TokenizerRecord,
-    Totals,
-};
-use crate::cache::memo::ContentHashMemo;
+use crate::cache::manifest::{BuildRecord, Manifest, ManifestError};
 use crate::cache::writer::{Columns, WriteError};
 use crate::fingerprint::{Fingerprint, FingerprintInputs};
 use crate::fsutil;
-use crate::inputs::{self, InputError, SplitInputs};
+use crate::inputs::{self, ContentHashMemo, InputError, SplitInputs};
 use crate::progress::{self, ProgressMode, Reporter};
 use crate::source::Selector;
 use crate::spec::{Spec, SpecError};
+use crate::ticker::Ticker;
 use crate::tokenizer::{self, EncoderKind, Encoders, TokenizerError};
 use claims::{ClaimGuard, Claims};
 
@@ -46,11 +44,11 @@ pub enum PrepareError {
     Write(WriteError),
     #[error(transparent)]
     Manifest(#[from] ManifestError),
-    #[error("{doing}: {source}")]
+    #[error("{doing}")]
     Io { doing: &'static str, source: std::io::Error },
     /// The cache's layout version, or the cache root itself, is not usable.
-    #[error("cache layout: {0}")]
-    Layout(std::io::Error),
+    #[error("checking the cache layout of {path}")]
+    Layout { path: PathBuf, source: std::io::Error },
     #[error(
         "entry {path} has fingerprint {found}, not {expected}; remove it (a 64-bit prefix collision or a damaged cache)"
     )]
@@ -65,20 +63,6 @@ impl PrepareError {
     pub(crate) fn io(doing: &'static str) -> impl Fn(std::io::Error) -> PrepareError {
         move |source| PrepareError::Io { doing, source }
     }
-
-    /// Whether the user can fix this (exit 1) rather than an internal failure (exit 2).
-    pub fn is_user_error(&self) -> bool {
-        !matches!(self, PrepareError::Write(_) | PrepareError::Io { .. })
-            || matches!(self, PrepareError::Io { source, .. } if is_space_or_permission(source))
-            || matches!(self, PrepareError::Write(WriteError::Io { source, .. }) if is_space_or_permission(source))
-    }
-}
-
-fn is_space_or_permission(err: &std::io::Error) -> bool {
-    matches!(
-        err.kind(),
-        std::io::ErrorKind::StorageFull | std::io::ErrorKind::PermissionDenied | std::io::ErrorKind::QuotaExceeded
-    )
 }
 
 /// Execution settings; none of them changes the entry's bytes.
@@ -142,23 +126,75 @@ pub fn published(
 /// Builds the entry for `spec` unless it exists.
 pub fn prepare(spec: &Spec, cache: &CacheLayout, options: &PrepareOptions) -> Result<Prepared, PrepareError> {
     let started = Instant::now();
-    cache.check_version().map_err(PrepareError::Layout)?;
+    cache.check_version().map_err(|source| PrepareError::Layout { path: cache.root().to_path_buf(), source })?;
     let located = locate(spec, cache)?;
     let short = located.fingerprint.short();
     if let Some((entry, manifest)) = published(cache, &located.fingerprint)? {
-        publish::link_name(cache, &spec.name, &short)?;
-        mark_used(cache, &short);
-        return Ok(Prepared { entry, manifest, built: false, shards_tokenized_here: 0 });
+        return use_published(cache, spec, Prepared { entry, manifest, built: false, shards_tokenized_here: 0 });
     }
     tracing::info!(fingerprint = %short, "building entry");
     let encoders = Encoders::load(spec)?;
     let build = cache.build(&short);
-    for split in &located.splits {
-        fsutil::create_dir_all(&build.parts_dir(&split.name))
-            .map_err(PrepareError::io("creating the build directory"))?;
+    let tasks = shard_tasks(&located);
+    create_build_dirs(&build, &located)?;
+    let _lease = Lease::acquire(cache, &short, "build").map_err(PrepareError::io("taking a build lease"))?;
+    let tokenize_started = Instant::now();
+    let claims = Claims::new();
+    let run = BuildRun { spec, cache, options, located: &located, encoders: &encoders, build: &build };
+    let (records, tokenized_here, kind, _publish_guard) = match tokenize_all(&run, &claims, &tasks)? {
+        Together::Publish { records, tokenized_here, kind, guard } => (records, tokenized_here, kind, guard),
+        Together::PublishedElsewhere { tokenized_here } => {
+            // A task that set up the build directory while another published leaves
+            // it behind otherwise; whoever leaves last removes it.
+            let _ = fs_err::remove_dir_all(build.root());
+            let (entry, manifest) = published(cache, &located.fingerprint)?.ok_or_else(|| PrepareError::Io {
+                doing: "waiting for the entry",
+                source: std::io::Error::other("the publisher finished but the entry is missing"),
+            })?;
+            let prepared = Prepared { entry, manifest, built: false, shards_tokenized_here: tokenized_here };
+            return use_published(cache, spec, prepared);
+        }
+    };
+    let tokenize_seconds = tokenize_started.elapsed().as_secs_f64();
+    let publish_started = Instant::now();
+    let by_split = record::group(&located, records)?;
+    let columns = Columns::new(spec.output.token_type, &spec.sequence);
+    let publish::Assembly { entry: assembly, data_files, files } =
+        publish::assemble(&build, &by_split.records, &columns, &spec.output.formats, &short)?;
+    let build_record = BuildRecord {
+        host: fsutil::host_name(),
+        pid: std::process::id(),
+        workers: options.workers,
+        shards_tokenized_here: tokenized_here,
+        shards_total: tasks.len(),
+    };
+    let making =
+        record::Making { spec, located: &located, encoders: &encoders, kind, build: build_record, tokenize_seconds };
+    let mut manifest = record::manifest(making, by_split.counts, &data_files, files);
+    manifest.timings.publish_seconds = publish_started.elapsed().as_secs_f64();
+    manifest.timings.total_seconds = started.elapsed().as_secs_f64();
+    let won = publish::publish(cache, assembly, &manifest)?;
+    let entry = cache.entry(&short);
+    if won {
+        // Published: the build directory has served its purpose.
+        let _ = fs_err::remove_dir_all(build.root());
+    } else {
+        manifest = Manifest::load(&entry.manifest())?;
     }
-    fsutil::create_dir_all(&build.claims_dir()).map_err(PrepareError::io("creating the build directory"))?;
-    let tasks: Vec<shard::ShardTask> = located
+    use_published(cache, spec, Prepared { entry, manifest, built: won, shards_tokenized_here: tokenized_here })
+}
+
+/// Names the published entry after the spec and records its use.
+fn use_published(cache: &CacheLayout, spec: &Spec, prepared: Prepared) -> Result<Prepared, PrepareError> {
+    let short = prepared.manifest.short_fingerprint().to_string();
+    publish::link_name(cache, &spec.name, &short)?;
+    mark_used(cache, &short);
+    Ok(prepared)
+}
+
+/// One task per input file, numbered within its split.
+fn shard_tasks(located: &Located) -> Vec<shard::ShardTask> {
+    located
         .splits
         .iter()
         .zip(&located.hashes)
@@ -170,17 +206,44 @@ pub fn prepare(spec: &Spec, cache: &CacheLayout, options: &PrepareOptions) -> Re
                 hash: *hash,
             })
         })
-        .collect();
-    let _lease = Lease::acquire(cache, &short, "build").map_err(PrepareError::io("taking a build lease"))?;
-    let progress_file = progress_ticker(&build, spec, &located.fingerprint, tasks.len() as u64);
+        .collect()
+}
+
+fn create_build_dirs(build: &BuildLayout, located: &Located) -> Result<(), PrepareError> {
+    for split in &located.splits {
+        fsutil::create_dir_all(&build.parts_dir(&split.name))
+            .map_err(PrepareError::io("creating the build directory"))?;
+    }
+    fsutil::create_dir_all(&build.claims_dir()).map_err(PrepareError::io("creating the build directory"))
+}
+
+/// What one build of an entry works with.
+struct BuildRun<'a> {
+    spec: &'a Spec,
+    cache: &'a CacheLayout,
+    options: &'a PrepareOptions,
+    located: &'a Located,
+    encoders: &'a Encoders,
+    build: &'a BuildLayout,
+}
+
+/// Tokenizes every shard on a pool of `options.workers` threads, alongside any
+/// other task building the same entry, with progress shown and written down.
+fn tokenize_all<'a>(
+    run: &BuildRun,
+    claims: &'a Claims,
+    tasks: &[shard::ShardTask],
+) -> Result<Together<'a>, PrepareError> {
+    let BuildRun { spec, cache, options, located, encoders, build } = *run;
+    let _progress_file = progress_ticker(build, spec, &located.fingerprint, tasks.len() as u64);
     let counters = Arc::new(BuildCounters::default());
     let budget = budget::Budget::for_threads(options.workers);
     let context = shard::ShardContext {
         spec,
-        encoders: &encoders,
+        encoders,
         selector: Selector::new(&spec.source.text_field, &spec.filter),
         columns: Columns::new(spec.output.token_type, &spec.sequence),
-        build: &build,
+        build,
         counters: &counters,
         budget: &budget,
     };
@@ -188,102 +251,10 @@ pub fn prepare(spec: &Spec, cache: &CacheLayout, options: &PrepareOptions) -> Re
         .num_threads(options.workers.max(1))
         .build()
         .map_err(|err| PrepareError::Io { doing: "starting worker threads", source: std::io::Error::other(err) })?;
-
-    let tokenize_started = Instant::now();
     let total_input_bytes: u64 = tasks.iter().map(|t| t.input.size).sum();
-    let reporter =
+    let _reporter =
         start_reporter(options.progress, counters.clone(), build.clone(), tasks.len() as u64, total_input_bytes);
-    let claims = Claims::new();
-    let outcome = build_together(&context, &claims, &tasks, &pool, cache, &located.fingerprint)?;
-    drop(reporter);
-    drop(progress_file);
-    let (records, tokenized_here, kind, _publish_guard) = match outcome {
-        Together::Publish { records, tokenized_here, kind, guard } => (records, tokenized_here, kind, guard),
-        Together::PublishedElsewhere { tokenized_here } => {
-            // A task that set up the build directory while another published leaves
-            // it behind otherwise; whoever leaves last removes it.
-            let _ = fs_err::remove_dir_all(build.root());
-            let (entry, manifest) = published(cache, &located.fingerprint)?.ok_or_else(|| PrepareError::Io {
-                doing: "waiting for the entry",
-                source: std::io::Error::other("the publisher finished but the entry is missing"),
-            })?;
-            publish::link_name(cache, &spec.name, &short)?;
-            mark_used(cache, &short);
-            return Ok(Prepared { entry, manifest, built: false, shards_tokenized_here: tokenized_here });
-        }
-    };
-    let tokenize_seconds = tokenize_started.elapsed().as_secs_f64();
-
-    let publish_started = Instant::now();
-    let mut by_split: BTreeMap<String, Vec<ShardRecord>> =
-        located.splits.iter().map(|s| (s.name.clone(), Vec::new())).collect();
-    for record in records {
-        by_split.entry(record.split.clone()).or_default().push(record);
-    }
-    let mut split_counts: BTreeMap<String, Counts> = BTreeMap::new();
-    for (split, shards) in &by_split {
-        let counts = split_counts.entry(split.clone()).or_default();
-        shards.iter().for_each(|record| counts.add(&record.counts));
-        if counts.documents == 0 {
-            return Err(PrepareError::EmptySplit {
-                split: split.clone(),
-                filtered: counts.filtered_documents,
-                skipped: counts.skipped_total(),
-            });
-        }
-    }
-    let columns = Columns::new(spec.output.token_type, &spec.sequence);
-    let publish::Assembly { entry: assembly, data_files, files } =
-        publish::assemble(&build, &by_split, &columns, &spec.output.formats, &short)?;
-    let mut totals = Totals { bytes: files.iter().map(|f| f.size).sum(), ..Totals::default() };
-    let mut splits = BTreeMap::new();
-    for (split, split_inputs) in located.splits.iter().zip(&located.hashes) {
-        let counts = split_counts.remove(&split.name).unwrap_or_default();
-        totals.counts.add(&counts);
-        let inputs = split.files.iter().zip(&split_inputs.1).map(|(file, hash)| InputRecord::new(file, hash)).collect();
-        splits.insert(split.name.clone(), SplitRecord { inputs, data_files: data_files[&split.name].clone(), counts });
-    }
-    let mut manifest = Manifest {
-        manifest_version: MANIFEST_VERSION,
-        fingerprint: located.fingerprint.full(),
-        name: spec.name.clone(),
-        tool_version: env!("CARGO_PKG_VERSION").to_string(),
-        created_unix: SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs()),
-        spec: spec.canonical(),
-        tokenizer: TokenizerRecord {
-            source: encoders.source_name.clone(),
-            blake3: located.tokenizer_identity.to_hex().to_string(),
-            vocab_size: encoders.vocab_size,
-            encoder: kind,
-            fast_unavailable: encoders.fast_unavailable.clone(),
-            bos_id: encoders.bos_eos.prepend,
-            eos_id: encoders.bos_eos.append,
-        },
-        splits,
-        files,
-        totals,
-        timings: Timings { hash_inputs_seconds: located.hash_seconds, tokenize_seconds, ..Timings::default() },
-        build: BuildRecord {
-            host: fsutil::host_name(),
-            pid: std::process::id(),
-            workers: options.workers,
-            shards_tokenized_here: tokenized_here,
-            shards_total: tasks.len(),
-        },
-    };
-    manifest.timings.publish_seconds = publish_started.elapsed().as_secs_f64();
-    manifest.timings.total_seconds = started.elapsed().as_secs_f64();
-    let won = publish::publish(cache, assembly, &manifest)?;
-    let entry = cache.entry(&short);
-    if won {
-        // Published: the build directory has served its purpose.
-        let _ = fs_err::remove_dir_all(build.root());
-    } else {
-        manifest = Manifest::load(&entry.manifest())?;
-    }
-    publish::link_name(cache, &spec.name, &short)?;
-    mark_used(cache, &short);
-    Ok(Prepared { entry, manifest, built: won, shards_tokenized_here: tokenized_here })
+    build_together(&context, claims, tasks, &pool, cache, &located.fingerprint)
 }
 
 /// How this task's part of a shared build ended.
@@ -451,22 +422,9 @@ fn start_reporter(
     })
 }
 
-/// What `ferry status` shows of a build in progress.
-#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
-pub struct BuildProgress {
-    pub name: String,
-    pub fingerprint: String,
-    pub host: String,
-    pub pid: u32,
-    pub job_id: Option<String>,
-    pub shards_done: u64,
-    pub shards_total: u64,
-    pub updated_unix: u64,
-}
-
 /// Keeps this builder's progress file fresh every two seconds; it is removed with
 /// the build directory (or by `gc` when the builder died).
-fn progress_ticker(build: &BuildLayout, spec: &Spec, fingerprint: &Fingerprint, shards_total: u64) -> progress::Ticker {
+fn progress_ticker(build: &BuildLayout, spec: &Spec, fingerprint: &Fingerprint, shards_total: u64) -> Ticker {
     let (host, pid) = (fsutil::host_name(), std::process::id());
     let path = build.progress_file(&host, pid);
     let build = build.clone();
@@ -480,7 +438,7 @@ fn progress_ticker(build: &BuildLayout, spec: &Spec, fingerprint: &Fingerprint, 
         shards_total,
         updated_unix: 0,
     };
-    progress::Ticker::every(std::time::Duration::from_secs(2), move || {
+    Ticker::every(std::time::Duration::from_secs(2), move || {
         progress.shards_done = build.count_shard_records();
         progress.updated_unix = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
         if build.root().exists()
@@ -496,7 +454,7 @@ fn progress_ticker(build: &BuildLayout, spec: &Spec, fingerprint: &Fingerprint, 
 pub fn mark_used(cache: &CacheLayout, short_fingerprint: &str) {
     let marker = cache.used_marker(short_fingerprint);
     let result = fsutil::create_dir_all(&cache.used_dir()).and_then(|()| {
-        let file = std::fs::OpenOptions::new().create(true).truncate(false).write(true).open(&marker)?;
+        let file = fs_err::OpenOptions::new().create(true).truncate(false).write(true).open(&marker)?;
         file.set_modified(SystemTime::now())
     });
     if let Err(err) = result {

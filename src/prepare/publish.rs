@@ -31,8 +31,7 @@ pub fn assemble(
     formats: &Formats,
     short_fingerprint: &str,
 ) -> Result<Assembly, PrepareError> {
-    let assembly =
-        EntryLayout::new(build.root().join(format!("assembly.{}.{}", fsutil::host_name(), std::process::id())));
+    let assembly = build.assembly(&fsutil::host_name(), std::process::id());
     if assembly.root().exists() {
         fs_err::remove_dir_all(assembly.root()).map_err(PrepareError::io("clearing an old assembly"))?;
     }

@@ -40,7 +40,7 @@ pub enum ShardError {
     Write(#[from] WriteError),
     #[error("input {path} line {record}: the fast encoder's ids differ from the tokenizer's")]
     FastPathMismatch { path: PathBuf, record: u64 },
-    #[error("writing shard record {path}: {source}")]
+    #[error("writing shard record {path}")]
     Record { path: PathBuf, source: std::io::Error },
 }
 

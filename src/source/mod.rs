@@ -67,10 +67,10 @@ impl fmt::Display for RecordProblem {
 /// Failures that stop reading a whole file.
 #[derive(Debug, thiserror::Error)]
 pub enum SourceError {
-    #[error("cannot open input {path}: {source}")]
+    #[error("opening input {path}")]
     Open { path: PathBuf, source: std::io::Error },
     #[error(
-        "input {path}: read failed after record {record}: {source}; the file looks truncated or corrupt: re-copy or regenerate it, or remove it from the spec"
+        "input {path}: read failed after record {record} (the file looks truncated or corrupt: re-copy or regenerate it, or remove it from the spec)"
     )]
     Read { path: PathBuf, record: u64, source: std::io::Error },
     #[error("input {path} is not a readable Parquet file: {message}")]

@@ -35,7 +35,7 @@ pub struct CopyCounters {
 
 #[derive(Debug, thiserror::Error)]
 pub enum CopyError {
-    #[error("{doing} {path}: {source}")]
+    #[error("{doing} {path}")]
     Io { doing: &'static str, path: PathBuf, source: io::Error },
     #[error(
         "{path}: copied {found} bytes, the manifest says {expected}; the cache copy may be damaged: run `ferry verify`"

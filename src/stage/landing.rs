@@ -19,10 +19,8 @@ use std::sync::{Mutex, OnceLock};
 use rustix::fs::{AtFlags, CWD, Mode, OFlags};
 use rustix::io::Errno;
 
+use crate::cache::destination::TEMP_MARK;
 use crate::fsutil;
-
-/// Marks temporary names, so a resumed stage can remove what a killed one left.
-pub const TEMP_MARK: &str = ".ferry-tmp-";
 
 /// Whether the destination's filesystem creates unnamed files; after the first
 /// refusal every file gets a temporary name.
@@ -118,15 +116,6 @@ fn temp_name(dest: &Path) -> PathBuf {
     let pid = *PID.get_or_init(std::process::id);
     let name = dest.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
     dest.with_file_name(format!(".{name}{TEMP_MARK}{pid}-{}", fsutil::unique_suffix()))
-}
-
-/// Removes temporary files a killed stage left in `dir` and below.
-pub fn remove_stale_temps(dir: &Path) {
-    for entry in walkdir::WalkDir::new(dir).follow_links(false).into_iter().flatten() {
-        if entry.file_type().is_file() && entry.file_name().to_string_lossy().contains(TEMP_MARK) {
-            let _ = std::fs::remove_file(entry.path());
-        }
-    }
 }
 
 #[cfg(test)]

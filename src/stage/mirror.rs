@@ -13,6 +13,7 @@ use std::path::{Path, PathBuf};
 
 use rayon::prelude::*;
 
+use crate::cache::destination::DestLayout;
 use crate::cache::layout::CacheLayout;
 use crate::fsutil;
 
@@ -57,17 +58,17 @@ pub fn ensure_symlink(target: &Path, link: &Path) -> io::Result<()> {
 /// Mirrors every published entry but `active` as directory symlinks, and every
 /// `by-name` link. `cache_root` must be absolute.
 pub fn mirror_cache(cache: &CacheLayout, dest: &Path, active: &str) -> io::Result<()> {
-    let dest_entries = dest.join("entries");
+    let dest_entries = DestLayout::new(dest).mirror().entries_dir();
     ensure_real_dir(dest)?;
     ensure_real_dir(&dest_entries)?;
-    for entry in std::fs::read_dir(cache.entries_dir())?.flatten() {
+    for entry in fs_err::read_dir(cache.entries_dir())?.flatten() {
         let name = entry.file_name().to_string_lossy().into_owned();
         if name.starts_with('.') || name == active || !entry.path().is_dir() {
             continue;
         }
         ensure_symlink(&entry.path(), &dest_entries.join(&name))?;
     }
-    let dest_by_name = dest.join("by-name");
+    let dest_by_name = DestLayout::new(dest).mirror().by_name_dir();
     ensure_real_dir(&dest_by_name)?;
     if let Ok(links) = std::fs::read_dir(cache.by_name_dir()) {
         for link in links.flatten() {

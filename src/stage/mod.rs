@@ -6,10 +6,11 @@
 //! releases the lock when its holder dies). Others wait for it, then find the
 //! files complete and copy nothing.
 
+pub mod command;
 pub mod copy;
 pub mod landing;
 pub mod mirror;
-pub mod state;
+pub use crate::cache::staging as state;
 
 use std::collections::HashSet;
 use std::fs::File;
@@ -20,11 +21,13 @@ use std::time::{Duration, Instant};
 
 use rayon::prelude::*;
 
+use crate::cache::destination::DestLayout;
 use crate::cache::layout::{CacheLayout, MANIFEST_FILE};
 use crate::cache::lease::Lease;
 use crate::cache::manifest::Manifest;
 use crate::fsutil;
-use crate::progress::{self, ProgressMode, Reporter, Ticker};
+use crate::progress::{self, ProgressMode, Reporter};
+use crate::ticker::Ticker;
 use copy::{CopyCounters, CopyError, CopyJob};
 use state::{Phase, StageState};
 
@@ -34,10 +37,15 @@ pub enum StageError {
         "not enough space in {dest}: staging needs {needed}, {available} available; free space there or stage to another --dest"
     )]
     NoSpace { dest: PathBuf, needed: bytesize::ByteSize, available: bytesize::ByteSize },
-    #[error("{doing} {path}: {source}")]
+    #[error("{doing} {path}")]
     Io { doing: &'static str, path: PathBuf, source: std::io::Error },
-    #[error("{count} file(s) failed to stage into {dest}; first: {first}")]
-    Copy { dest: PathBuf, count: usize, first: CopyError },
+    #[error("{count} file(s) failed to stage into {dest}; the first one")]
+    Copy {
+        dest: PathBuf,
+        count: usize,
+        #[source]
+        first: CopyError,
+    },
     #[error("--files-from lists no file; refusing to guess (an empty list never means \"copy everything\")")]
     EmptyList,
     #[error("--files-from line {line}: {path:?} is not a relative path inside {src}")]
@@ -47,21 +55,6 @@ pub enum StageError {
 }
 
 impl StageError {
-    /// Whether the user can fix this (exit 1) rather than an internal failure (exit 2).
-    pub fn is_user_error(&self) -> bool {
-        match self {
-            StageError::Io { source, .. } => {
-                matches!(
-                    source.kind(),
-                    std::io::ErrorKind::StorageFull
-                        | std::io::ErrorKind::PermissionDenied
-                        | std::io::ErrorKind::QuotaExceeded
-                )
-            }
-            _ => true,
-        }
-    }
-
     fn io<'a>(doing: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -> StageError + 'a {
         move |source| StageError::Io { doing, path: path.to_path_buf(), source }
     }
@@ -138,7 +131,7 @@ pub fn plan_entry(cache: &CacheLayout, manifest: &Manifest, dest: &Path) -> Resu
         id: short.clone(),
         name: manifest.name.clone(),
         source_root,
-        dest_root: dest.join("entries").join(&short),
+        dest_root: DestLayout::new(dest).mirror().entry(&short).root().to_path_buf(),
         files,
         kind: PlanKind::Entry { cache: CacheLayout::new(absolute(cache.root())) },
     })
@@ -238,7 +231,7 @@ fn check_free(dest: &Path, needed: u64) -> Result<(), StageError> {
 /// Returns the lock (held until dropped) and whether it had to wait.
 pub fn lock_destination(dest: &Path) -> Result<(File, bool), StageError> {
     let control = state::control_dir(dest);
-    fsutil::create_dir_all(&control).map_err(StageError::io("creating", &control))?;
+    std::fs::create_dir_all(&control).map_err(StageError::io("creating", &control))?;
     let path = state::lock_path(dest);
     let file = File::options()
         .create(true)
@@ -273,9 +266,9 @@ pub fn build_mirror(plan: &StagePlan, dest: &Path, link: &[&str]) -> Result<(), 
     match &plan.kind {
         PlanKind::Entry { cache } => {
             mirror::mirror_cache(cache, dest, &plan.id).map_err(mirror_error)?;
-            mirror::ensure_real_dir(&plan.dest_root).map_err(StageError::io("creating", &plan.dest_root))?;
+            mirror::ensure_real_dir(&plan.dest_root).map_err(StageError::io("mirroring into", dest))?;
             // by-name/<name> names the entry being staged, whatever the cache's link says now.
-            let link = dest.join("by-name").join(&plan.name);
+            let link = DestLayout::new(dest).mirror().by_name(&plan.name);
             mirror::ensure_symlink(&CacheLayout::by_name_target(&plan.id), &link)
                 .map_err(StageError::io("linking", &link))?;
         }
@@ -354,7 +347,7 @@ pub fn stage(plan: &StagePlan, options: &StageOptions) -> Result<StageReport, St
     let result = stage_locked(plan, options, &mut current, started, previous_done);
     if let Err(err) = &result {
         current.phase = Phase::Failed;
-        current.error = Some(err.to_string());
+        current.error = Some(crate::errors::chain(err));
         current.updated_unix = state::now_unix();
         let _ = state::write(dest, &current);
     }
@@ -374,7 +367,7 @@ fn stage_locked(
     let dest = &options.dest;
     // Only a run that did not finish leaves temporaries behind.
     if !previous_done {
-        landing::remove_stale_temps(&plan.dest_root);
+        crate::cache::destination::remove_stale_temps(&plan.dest_root);
     }
     let pending = pending_files(plan, options.verify);
     tracing::debug!(seconds = started.elapsed().as_secs_f64(), pending = pending.len(), "pending files found");

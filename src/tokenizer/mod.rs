@@ -16,6 +16,7 @@ use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
+pub use crate::cache::encoder::EncoderKind;
 use crate::cache::memo::memoized_hash;
 use crate::spec::Spec;
 pub use fast::FastEncoder;
@@ -42,26 +43,6 @@ pub enum TokenizerError {
         "cannot tell the BOS/EOS tokens of {source_name}; set tokenizer.bos_token and tokenizer.eos_token, or ensure_bos_eos = false"
     )]
     UnknownBosEos { source_name: String },
-}
-
-/// Which encoder produced a shard's ids.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum EncoderKind {
-    /// ferry's byte-level BPE encoder (`tokenizer::fast`), guarded by sampled comparison.
-    FastBytelevelBpe,
-    /// The Hugging Face `tokenizers` crate.
-    Tokenizers,
-}
-
-impl EncoderKind {
-    /// The name the manifest and `prepare --json` use.
-    pub fn name(self) -> &'static str {
-        match self {
-            EncoderKind::FastBytelevelBpe => "fast_bytelevel_bpe",
-            EncoderKind::Tokenizers => "tokenizers",
-        }
-    }
 }
 
 /// The text of the tokenizer named by the spec, before parsing.

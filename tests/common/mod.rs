@@ -57,6 +57,27 @@ impl TestEnv {
         String::from_utf8_lossy(&output.stdout).into_owned()
     }
 
+    /// Runs ferry, asserts it succeeded and parses its stdout as JSON (`--json` output).
+    pub fn json(&self, args: &[&str]) -> serde_json::Value {
+        let stdout = self.run_ok(args);
+        serde_json::from_str(&stdout).unwrap_or_else(|err| panic!("ferry {args:?} printed no JSON ({err}):\n{stdout}"))
+    }
+
+    /// Writes `entry`'s corpus (unless there) and its GPT-2 spec, and prepares it:
+    /// returns the spec's path and the `prepare --json` summary.
+    pub fn prepare_entry(&self, entry: &SmallEntry) -> (PathBuf, serde_json::Value) {
+        let SmallEntry { name, dir, shards, documents, seq_len, seed } = *entry;
+        if !self.path(dir).exists() {
+            self.shards(dir, "train", shards, documents, seed);
+        }
+        let spec = self.write(
+            &format!("{name}-{seq_len}.toml"),
+            gpt2_spec(name, &format!("{dir}/*.jsonl.zst"), &format!("[sequence]\nseq_len = {seq_len}\n")),
+        );
+        let prepared = self.prepare(&spec, &[]);
+        (spec, prepared)
+    }
+
     /// `prepare --json` on a spec; returns the parsed summary.
     pub fn prepare(&self, spec: &Path, extra: &[&str]) -> serde_json::Value {
         let spec = spec.to_str().unwrap();
@@ -64,6 +85,25 @@ impl TestEnv {
         args.extend_from_slice(extra);
         serde_json::from_str(&self.run_ok(&args)).expect("prepare --json output")
     }
+}
+
+/// A small entry on Pile-style shards with the embedded GPT-2 tokenizer.
+#[derive(Debug, Clone, Copy)]
+pub struct SmallEntry<'a> {
+    pub name: &'a str,
+    /// The corpus folder in the test tree; written once, shared by specs that name it.
+    pub dir: &'a str,
+    pub shards: usize,
+    pub documents: usize,
+    pub seq_len: u32,
+    pub seed: u64,
+}
+
+/// An entry's `manifest.json` (of the cache or a destination), parsed.
+pub fn read_manifest(entry: &Path) -> serde_json::Value {
+    let path = entry.join("manifest.json");
+    let bytes = std::fs::read(&path).unwrap_or_else(|err| panic!("reading {}: {err}", path.display()));
+    serde_json::from_slice(&bytes).unwrap_or_else(|err| panic!("parsing {}: {err}", path.display()))
 }
 
 pub fn describe(output: &Output) -> String {

@@ -7,6 +7,7 @@ use std::time::{Duration, SystemTime};
 
 use serde::{Deserialize, Serialize};
 
+use crate::cache::destination::DestLayout;
 use crate::fsutil;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -70,19 +71,19 @@ impl StageState {
 
 /// `<dest>/.ferry`, ferry's own files in a destination (never inside an entry).
 pub fn control_dir(dest: &Path) -> PathBuf {
-    dest.join(".ferry")
+    DestLayout::new(dest).control_dir()
 }
 
 pub fn state_path(dest: &Path, id: &str) -> PathBuf {
-    control_dir(dest).join(format!("stage-{id}.json"))
+    DestLayout::new(dest).state_file(id)
 }
 
 pub fn lock_path(dest: &Path) -> PathBuf {
-    control_dir(dest).join("stage.lock")
+    DestLayout::new(dest).lock_file()
 }
 
 pub fn log_path(dest: &Path, id: &str) -> PathBuf {
-    control_dir(dest).join(format!("stage-{id}.log"))
+    DestLayout::new(dest).log_file(id)
 }
 
 pub fn write(dest: &Path, state: &StageState) -> std::io::Result<()> {

@@ -1,0 +1,35 @@
+//! Turning an error and its causes into one line, for the places that keep an
+//! error as text (stage state files, daemon replies): the same text `main` prints.
+
+use std::error::Error;
+
+/// The error and each of its causes, outermost first, joined with ": " (as
+/// anyhow's `{:#}`); every message names only its own step, so nothing repeats.
+pub fn chain(err: &(dyn Error + 'static)) -> String {
+    let mut text = err.to_string();
+    let mut cause = err.source();
+    while let Some(next) = cause {
+        text.push_str(": ");
+        text.push_str(&next.to_string());
+        cause = next.source();
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("reading {path}")]
+    struct Reading {
+        path: String,
+        source: std::io::Error,
+    }
+
+    #[test]
+    fn chain_names_each_cause_once() {
+        let err = Reading { path: "a.txt".into(), source: std::io::Error::other("gone") };
+        assert_eq!(chain(&err), "reading a.txt: gone");
+    }
+}

@@ -1,0 +1,95 @@
+//! The manifest of a finished build: shard records grouped by split, per-split
+//! counts (a split left without documents is an error), inputs, files and how
+//! the entry was made.
+
+use std::collections::BTreeMap;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use crate::cache::encoder::EncoderKind;
+use crate::cache::manifest::{
+    BuildRecord, Counts, InputRecord, MANIFEST_VERSION, Manifest, SplitRecord, Timings, TokenizerRecord, Totals,
+};
+use crate::cache::writer::WrittenFile;
+use crate::spec::Spec;
+use crate::tokenizer::Encoders;
+
+use super::shard::ShardRecord;
+use super::{Located, PrepareError};
+
+/// Shard records by split (every split of the spec present), with each split's counts.
+pub struct BySplit {
+    pub records: BTreeMap<String, Vec<ShardRecord>>,
+    pub counts: BTreeMap<String, Counts>,
+}
+
+/// Groups the records by split and sums their counts once.
+pub fn group(located: &Located, records: Vec<ShardRecord>) -> Result<BySplit, PrepareError> {
+    let mut by_split: BTreeMap<String, Vec<ShardRecord>> =
+        located.splits.iter().map(|s| (s.name.clone(), Vec::new())).collect();
+    for record in records {
+        by_split.entry(record.split.clone()).or_default().push(record);
+    }
+    let mut split_counts: BTreeMap<String, Counts> = BTreeMap::new();
+    for (split, shards) in &by_split {
+        let counts = split_counts.entry(split.clone()).or_default();
+        shards.iter().for_each(|record| counts.add(&record.counts));
+        if counts.documents == 0 {
+            return Err(PrepareError::EmptySplit {
+                split: split.clone(),
+                filtered: counts.filtered_documents,
+                skipped: counts.skipped_total(),
+            });
+        }
+    }
+    Ok(BySplit { records: by_split, counts: split_counts })
+}
+
+/// What the manifest records of how the entry was made.
+pub struct Making<'a> {
+    pub spec: &'a Spec,
+    pub located: &'a Located,
+    pub encoders: &'a Encoders,
+    pub kind: EncoderKind,
+    pub build: BuildRecord,
+    pub tokenize_seconds: f64,
+}
+
+/// The manifest of the assembled entry; the caller fills in the publish and total times.
+pub fn manifest(
+    making: Making,
+    mut split_counts: BTreeMap<String, Counts>,
+    data_files: &BTreeMap<String, Vec<String>>,
+    files: Vec<WrittenFile>,
+) -> Manifest {
+    let Making { spec, located, encoders, kind, build, tokenize_seconds } = making;
+    let mut totals = Totals { bytes: files.iter().map(|f| f.size).sum(), ..Totals::default() };
+    let mut splits = BTreeMap::new();
+    for (split, split_inputs) in located.splits.iter().zip(&located.hashes) {
+        let counts = split_counts.remove(&split.name).unwrap_or_default();
+        totals.counts.add(&counts);
+        let inputs = split.files.iter().zip(&split_inputs.1).map(|(file, hash)| InputRecord::new(file, hash)).collect();
+        splits.insert(split.name.clone(), SplitRecord { inputs, data_files: data_files[&split.name].clone(), counts });
+    }
+    Manifest {
+        manifest_version: MANIFEST_VERSION,
+        fingerprint: located.fingerprint.full(),
+        name: spec.name.clone(),
+        tool_version: env!("CARGO_PKG_VERSION").to_string(),
+        created_unix: SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs()),
+        spec: spec.canonical(),
+        tokenizer: TokenizerRecord {
+            source: encoders.source_name.clone(),
+            blake3: located.tokenizer_identity.to_hex().to_string(),
+            vocab_size: encoders.vocab_size,
+            encoder: kind,
+            fast_unavailable: encoders.fast_unavailable.clone(),
+            bos_id: encoders.bos_eos.prepend,
+            eos_id: encoders.bos_eos.append,
+        },
+        splits,
+        files,
+        totals,
+        timings: Timings { hash_inputs_seconds: located.hash_seconds, tokenize_seconds, ..Timings::default() },
+        build,
+    }
+}
