@@ -13,6 +13,9 @@ root=$(pwd)
 work=${BENCH_DIR:-$root/target/bench-prepare}
 target_mb=${BENCH_TEXT_MB:-200}
 cores=$(nproc)
+# BENCH_PROFILE=dev checks the script quickly; its numbers mean nothing.
+profile=${BENCH_PROFILE:-release}
+profile_dir=$([ "$profile" = dev ] && echo debug || echo "$profile")
 mkdir -p "$work"
 
 say() { printf '==> %s\n' "$*" >&2; }
@@ -36,10 +39,10 @@ if [ ! -s "$gpt2/merges.txt" ]; then
   rm -rf "$tmp"
 fi
 
-say "building ferry (release)"
-cargo build --release --quiet
-cargo bench --no-run --quiet --bench encoders 2>/dev/null
-ferry="$root/target/release/ferry"
+say "building ferry ($profile)"
+cargo build --profile "$profile" --quiet
+cargo bench --profile "$profile" --no-run --quiet --bench encoders 2>/dev/null
+ferry="$root/target/$profile_dir/ferry"
 
 corpus="$work/corpus"
 corpus_kind="real text from Debian packages"
@@ -77,7 +80,7 @@ TOML
 # raw encoder are measured alternately over several rounds and the best of each is
 # kept; CPU time (which contention does not inflate) gives a second ratio.
 rounds=${BENCH_ROUNDS:-3}
-bench_bin=$(ls -t "$root"/target/release/deps/encoders-* | grep -v '\.d$' | head -1)
+bench_bin=$(ls -t "$root"/target/"$profile_dir"/deps/encoders-* | grep -v '\.d$' | head -1)
 : > "$work/ferry.jsonl"
 : > "$work/encoders.jsonl"
 for round in $(seq 1 "$rounds"); do
@@ -246,7 +249,7 @@ done
 for tokenizer in gpt2 llama3; do
   spec=$([ "$tokenizer" = gpt2 ] && echo pile.toml || echo llama3.toml)
   say "$tokenizer: encoder cores, one thread"
-  RAYON_NUM_THREADS=1 cargo bench --quiet --bench encoders -- "$work/$spec" "$corpus/train-00.jsonl.zst" \
+  RAYON_NUM_THREADS=1 cargo bench --profile "$profile" --quiet --bench encoders -- "$work/$spec" "$corpus/train-00.jsonl.zst" \
     > "$peers/encoders-$tokenizer.json" 2> "$peers/encoders-$tokenizer.log" ||
     say "the encoders bench failed; see $peers/encoders-$tokenizer.log"
 done
