@@ -9,6 +9,9 @@
 //! with the 100k `cl100k_base` vocabulary, over the files cut into documents;
 //! prints one JSON line per vocabulary with tokens/s of each, their ratio, and how
 //! many documents' ids differ from tiktoken-rs and (on a sample) from `tokenizers`.
+//!
+//! `cargo bench --bench encoders -- --llama3-tokenizer OUT` writes that
+//! Llama-3-structured tokenizer.json, for the benchmark's peers to load.
 
 #[path = "encoders/cores.rs"]
 mod cores;
@@ -29,8 +32,10 @@ fn cpu_seconds() -> f64 {
 
 fn main() -> anyhow::Result<()> {
     let args: Vec<String> = std::env::args().skip(1).filter(|a| a != "--bench").collect();
-    if args.first().map(String::as_str) == Some("--cores") {
-        return cores::run(&args[1..]);
+    match args.first().map(String::as_str) {
+        Some("--cores") => return cores::run(&args[1..]),
+        Some("--llama3-tokenizer") => return cores::write_llama3_style(args.get(1).map(Path::new)),
+        _ => {}
     }
     let Some((spec_path, shards)) = args.split_first() else {
         eprintln!("usage: cargo bench --bench encoders -- SPEC SHARD...");

@@ -159,14 +159,13 @@ if [ ! -x "$peers_venv/bin/python" ]; then
 fi
 py=$peers_venv/bin/python
 
-# Llama-3 structure on cl100k's ranks, which ship inside the tiktoken-rs crate (offline).
-tiktoken_dir=$(cargo metadata --format-version 1 --quiet |
-  "$py" -c 'import json, os, sys; print(next(os.path.dirname(p["manifest_path"]) for p in json.load(sys.stdin)["packages"] if p["name"] == "tiktoken-rs"))')
+# Llama-3 structure on cl100k's ranks, which ship inside the tiktoken-rs crate
+# (offline): written by the encoders bench with ferry's own converter.
 llama="$work/llama3-style/tokenizer.json"
 if [ ! -s "$llama" ]; then
   say "writing a Llama-3-structured tokenizer.json from cl100k_base ranks"
   mkdir -p "$(dirname "$llama")"
-  "$py" scripts/bench_llama3_tokenizer.py "$tiktoken_dir/assets/cl100k_base.tiktoken" "$llama" >&2
+  "$bench_bin" --llama3-tokenizer "$llama"
 fi
 # GPT-2 as a tokenizer.json, for datatrove (which takes nothing else).
 gpt2_json="$work/gpt2/tokenizer.json"
@@ -186,7 +185,7 @@ name = "bench-pile-llama3-style-1024"
 train = ["corpus/train-*.jsonl.zst"]
 [tokenizer]
 path = "llama3-style/tokenizer.json"
-eos_token = "<|endoftext|>"
+eos_token = "<|end_of_text|>"
 [sequence]
 seq_len = 1024
 TOML
@@ -224,8 +223,8 @@ PY
 }
 for tokenizer in gpt2 llama3; do
   case $tokenizer in
-    gpt2) spec="$work/pile.toml" hf_args=("$gpt2/vocab.json" "$gpt2/merges.txt") json=$gpt2_json ;;
-    llama3) spec="$work/llama3.toml" hf_args=("$llama" "<|endoftext|>") json=$llama ;;
+    gpt2) spec="$work/pile.toml" hf_args=("$gpt2/vocab.json" "$gpt2/merges.txt") json=$gpt2_json eos="<|endoftext|>" ;;
+    llama3) spec="$work/llama3.toml" hf_args=("$llama" "<|end_of_text|>") json=$llama eos="<|end_of_text|>" ;;
   esac
   say "$tokenizer: ferry prepare ($cores workers)"
   ferry_run "$spec" > "$peers/ferry-$tokenizer.json"
@@ -235,7 +234,7 @@ for tokenizer in gpt2 llama3; do
   if "$py" -c "import datatrove" 2>/dev/null; then
     say "$tokenizer: datatrove JsonlReader -> DocumentTokenizer ($cores workers)"
     rm -rf "$peers/datatrove"
-    "$py" scripts/bench_datatrove.py "$json" "<|endoftext|>" "$cores" "$peers/datatrove" "$corpus" > "$peers/datatrove-$tokenizer.json" 2> "$peers/datatrove-$tokenizer.log"
+    "$py" scripts/bench_datatrove.py "$json" "$eos" "$cores" "$peers/datatrove" "$corpus" > "$peers/datatrove-$tokenizer.json" 2> "$peers/datatrove-$tokenizer.log"
   fi
 done
 for layout in one many; do
@@ -243,16 +242,18 @@ for layout in one many; do
   ferry_run "$work/shards-$layout.toml" > "$peers/shards-$layout.json"
 done
 
-# ---- Encoder cores on one thread (benches/encoders.rs) -----------------------
-# Whatever encoders the bench compares (the fast core, tiktoken-rs, the
-# `tokenizers` crate) on one thread, from memory, on the first shard.
-for tokenizer in gpt2 llama3; do
-  spec=$([ "$tokenizer" = gpt2 ] && echo pile.toml || echo llama3.toml)
-  say "$tokenizer: encoder cores, one thread"
-  RAYON_NUM_THREADS=1 cargo bench --profile "$profile" --quiet --bench encoders -- "$work/$spec" "$corpus/train-00.jsonl.zst" \
-    > "$peers/encoders-$tokenizer.json" 2> "$peers/encoders-$tokenizer.log" ||
-    say "the encoders bench failed; see $peers/encoders-$tokenizer.log"
-done
+# ---- Encoder cores on one thread (benches/encoders.rs --cores) ----------------
+# The fast core against tiktoken-rs on one thread, from memory, on the text of the
+# first shard, for GPT-2 and the Llama-3-structured cl100k vocabulary.
+"$py" - "$corpus/train-00.jsonl.zst" "$peers/shard-00.txt" <<'PY'
+import io, json, sys, zstandard
+with open(sys.argv[1], "rb") as f, open(sys.argv[2], "w") as out:
+    for line in io.TextIOWrapper(zstandard.ZstdDecompressor().stream_reader(f), encoding="utf-8"):
+        out.write(json.loads(line)["text"] + "\n")
+PY
+say "encoder cores, one thread"
+"$bench_bin" --cores "$peers/shard-00.txt" > "$peers/encoders.jsonl" 2> "$peers/encoders.log" ||
+  say "the encoders bench failed; see $peers/encoders.log"
 
 "$py" - "$peers" "$cores" <<'PY'
 import json, os, sys
@@ -280,17 +281,16 @@ if one and many:
     ratio = one["tokens_per_second"] / many["tokens_per_second"]
     print(f"ferry GPT-2, 1 shard {mtps(one)} vs {cores} shards {mtps(many)} of the same documents: "
           f"{ratio:.2f} (target >= 0.80) {'OK' if ratio >= 0.8 else 'MISSED'}")
-print("encoder cores, one thread, from memory:")
-for tokenizer in ("gpt2", "llama3"):
-    result = load(f"encoders-{tokenizer}")
-    if not result:
-        print(f"  {tokenizer}: the encoders bench gave no result (see {peers}/encoders-{tokenizer}.log)")
-        continue
-    rates = {k: v["tokens_per_second"] for k, v in result.items() if isinstance(v, dict) and "tokens_per_second" in v}
-    print(f"  {tokenizer}: " + ", ".join(f"{k} {v / 1e6:.2f} M" for k, v in rates.items()))
-    fast, reference = rates.get("fast_bytelevel_bpe"), next((v for k, v in rates.items() if "tiktoken" in k), None)
-    if fast and reference:
-        print(f"  {tokenizer}: fast core / tiktoken-rs {fast / reference:.2f}x (target >= 3x) {'OK' if fast / reference >= 3 else 'MISSED'}")
-    elif fast:
-        print(f"  {tokenizer}: no tiktoken-rs line in this tree's encoders bench yet")
+print("encoder cores, one thread, from memory (fast core vs tiktoken-rs, same ids):")
+try:
+    lines = [json.loads(l) for l in open(os.path.join(peers, "encoders.jsonl")) if l.strip()]
+except OSError:
+    lines = []
+if not lines:
+    print(f"  the encoders bench gave no result (see {peers}/encoders.log)")
+for r in lines:
+    ratio = r["fast_vs_tiktoken_rs"]
+    print(f"  {r['vocabulary']}: fast {r['fast_tokens_per_second'] / 1e6:.2f} M, tiktoken-rs "
+          f"{r['tiktoken_rs_tokens_per_second'] / 1e6:.2f} M: {ratio:.2f}x (target >= 3x) {'OK' if ratio >= 3 else 'MISSED'}; "
+          f"documents differing from tokenizers: {r['documents_differing_from_tokenizers']}/{r['tokenizers_sample']}")
 PY

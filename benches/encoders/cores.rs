@@ -23,6 +23,14 @@ pub fn run(files: &[String]) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Writes the Llama-3-structured cl100k tokenizer.json that `run` measures.
+pub fn write_llama3_style(out: Option<&Path>) -> anyhow::Result<()> {
+    let out = out.ok_or_else(|| anyhow::anyhow!("usage: --llama3-tokenizer OUT_JSON"))?;
+    let tokenizer = llama3_style_tokenizer_json(Ranks::Cl100kBase).map_err(anyhow::Error::msg)?;
+    fs_err::write(out, serde_json::to_vec(&tokenizer)?)?;
+    Ok(())
+}
+
 fn documents(files: &[String]) -> anyhow::Result<Vec<String>> {
     let mut documents = Vec::new();
     for file in files {
