@@ -8,10 +8,7 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use arrow_array::Array;
-use arrow_array::cast::AsArray;
-use arrow_array::types::Int32Type;
-use common::{TestEnv, describe, entry_data_files, python, python_script};
+use common::{TestEnv, describe, entry_data_files, entry_rows, python, python_script};
 use ferry::corpus::Generator;
 use ferry::spec::Spec;
 use ferry::tokenizer::{EncoderKind, Encoders};
@@ -106,7 +103,7 @@ fn families_through_the_fast_path_give_python_tokenizers_ids() {
         assert!(manifest["tokenizer"]["fast_unavailable"].is_null(), "{family}");
         let want: Vec<Vec<u32>> = serde_json::from_value(expected[family].clone()).unwrap();
         let want: Vec<Vec<u32>> = want.into_iter().filter(|ids| !ids.is_empty()).collect();
-        assert_eq!(rows(entry), want, "{family}: the entry's rows are Python's ids");
+        assert_eq!(entry_rows(entry), want, "{family}: the entry's rows are Python's ids");
     }
     assert_merge_order_differs_from_id_order(&families.join("llama3_permuted").join("tokenizer.json"));
 }
@@ -125,26 +122,6 @@ fn assert_merge_order_differs_from_id_order(tokenizer: &Path) {
         })
         .collect();
     assert!(result_ids.windows(2).any(|pair| pair[0] > pair[1]), "merge results must be out of id order");
-}
-
-/// Every `input_ids` row of an entry's train split, in file order.
-fn rows(entry: &Path) -> Vec<Vec<u32>> {
-    let mut rows = Vec::new();
-    for (name, bytes) in entry_data_files(entry) {
-        if !name.ends_with(".arrow") {
-            continue;
-        }
-        let reader = arrow_ipc::reader::StreamReader::try_new(std::io::Cursor::new(bytes), None).unwrap();
-        for batch in reader {
-            let batch = batch.unwrap();
-            let lists = batch.column_by_name("input_ids").unwrap().as_list::<i32>();
-            for row in 0..lists.len() {
-                let values = lists.value(row);
-                rows.push(values.as_primitive::<Int32Type>().values().iter().map(|&id| id as u32).collect());
-            }
-        }
-    }
-    rows
 }
 
 #[test]
@@ -171,7 +148,7 @@ fn llama3_style_output_is_identical_with_one_or_many_threads_and_one_or_four_sha
     let four_one_thread = entry(env.prepare(&four, &["--jobs", "1", "--cache", env.path("cache-1").to_str().unwrap()]));
     let four_threads = entry(env.prepare(&four, &["--jobs", "3", "--cache", env.path("cache-3").to_str().unwrap()]));
     assert_eq!(entry_data_files(&four_one_thread), entry_data_files(&four_threads), "1 vs 3 threads");
-    let rows_one = rows(&one_shard);
+    let rows_one = entry_rows(&one_shard);
     assert_eq!(rows_one.len(), 400);
-    assert_eq!(rows_one, rows(&four_threads), "1 shard vs the same documents in 4");
+    assert_eq!(rows_one, entry_rows(&four_threads), "1 shard vs the same documents in 4");
 }

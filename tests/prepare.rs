@@ -4,7 +4,9 @@ mod common;
 
 use std::time::SystemTime;
 
-use common::{TestEnv, entry_data_files, gpt2_spec};
+use std::path::Path;
+
+use common::{TestEnv, entry_data_files, entry_rows, gpt2_spec};
 
 const SMALL_SEQ: &str = "[sequence]\nseq_len = 64\n";
 
@@ -173,25 +175,6 @@ fn one_shard_output_is_byte_identical_whatever_the_thread_count() {
     assert_eq!(runs[0]["totals"]["documents"].as_u64(), Some(SEVERAL_BATCHES as u64), "{}", runs[0]);
 }
 
-/// Every row's token ids, in the entry's file order.
-fn entry_rows(entry: &str) -> Vec<Vec<i32>> {
-    use arrow_array::cast::AsArray;
-    use arrow_array::types::Int32Type;
-    let mut rows = Vec::new();
-    for (name, bytes) in entry_data_files(std::path::Path::new(entry)) {
-        if !name.ends_with(".arrow") {
-            continue;
-        }
-        let reader = arrow_ipc::reader::StreamReader::try_new(std::io::Cursor::new(bytes), None).unwrap();
-        for batch in reader {
-            let batch = batch.unwrap();
-            let lists = batch.column_by_name("input_ids").unwrap().as_list::<i32>();
-            rows.extend(lists.iter().map(|row| row.unwrap().as_primitive::<Int32Type>().values().to_vec()));
-        }
-    }
-    rows
-}
-
 #[test]
 fn one_shard_gives_the_rows_of_the_same_documents_split_in_four() {
     let env = TestEnv::new();
@@ -210,9 +193,9 @@ fn one_shard_gives_the_rows_of_the_same_documents_split_in_four() {
     let four = env.prepare(&four, &["--jobs", "3"]);
     assert_eq!(one["shards_tokenized_here"], 1);
     assert_eq!(four["shards_tokenized_here"], 4);
-    let rows = entry_rows(one["entry"].as_str().unwrap());
+    let rows = entry_rows(Path::new(one["entry"].as_str().unwrap()));
     assert_eq!(rows.len(), SEVERAL_BATCHES);
-    assert!(rows == entry_rows(four["entry"].as_str().unwrap()), "same rows in the same order");
+    assert!(rows == entry_rows(Path::new(four["entry"].as_str().unwrap())), "same rows in the same order");
     assert_eq!(one["totals"]["tokens"], four["totals"]["tokens"]);
 }
 

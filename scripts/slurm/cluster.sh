@@ -8,18 +8,9 @@ action=${1:?start|stop}
 dir=$(realpath -m "${2:?state directory}")
 here=$(cd "$(dirname "$0")" && pwd)
 
-stop() {
-  [ -f "$dir/pids" ] || return 0
-  while read -r pid; do kill "$pid" 2>/dev/null || true; done < "$dir/pids"
-  for _ in $(seq 50); do
-    alive=0
-    while read -r pid; do kill -0 "$pid" 2>/dev/null && alive=1; done < "$dir/pids"
-    [ "$alive" = 0 ] && break
-    sleep 0.1
-  done
-  while read -r pid; do kill -9 "$pid" 2>/dev/null || true; done < "$dir/pids"
-  rm -f "$dir/pids"
-}
+# shellcheck source=scripts/slurm/stop-pids.sh
+. "$here/stop-pids.sh"
+stop() { stop_pids "$dir/pids"; }
 
 if [ "$action" = stop ]; then stop; exit 0; fi
 

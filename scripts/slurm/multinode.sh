@@ -23,19 +23,11 @@ nodes=${3:-3}
 subnet=${FERRY_MULTINODE_SUBNET:-10.213.77}
 prefix=${FERRY_MULTINODE_PREFIX:-fmn}
 bridge="${prefix}br0"
+# shellcheck source=scripts/slurm/stop-pids.sh
+. "$(cd "$(dirname "$0")" && pwd)/stop-pids.sh"
 
 stop() {
-  if [ -f "$dir/pids" ]; then
-    while read -r pid; do kill "$pid" 2>/dev/null || true; done < "$dir/pids"
-    for _ in $(seq 50); do
-      alive=0
-      while read -r pid; do kill -0 "$pid" 2>/dev/null && alive=1; done < "$dir/pids"
-      [ "$alive" = 0 ] && break
-      sleep 0.1
-    done
-    while read -r pid; do kill -9 "$pid" 2>/dev/null || true; done < "$dir/pids"
-    rm -f "$dir/pids"
-  fi
+  stop_pids "$dir/pids"
   if [ -f "$dir/network" ]; then
     # What is left in a node's namespace was started by its slurmd (steps, jobs).
     while read -r kind name; do

@@ -138,6 +138,28 @@ pub fn entry_data_files(entry: &Path) -> Vec<(String, Vec<u8>)> {
     files
 }
 
+/// Every `input_ids` row of an entry (int32 tokens), in the entry's file order.
+pub fn entry_rows(entry: &Path) -> Vec<Vec<u32>> {
+    use arrow_array::Array;
+    use arrow_array::cast::AsArray;
+    use arrow_array::types::Int32Type;
+    let mut rows = Vec::new();
+    for (name, bytes) in entry_data_files(entry) {
+        if !name.ends_with(".arrow") {
+            continue;
+        }
+        let reader = arrow_ipc::reader::StreamReader::try_new(std::io::Cursor::new(bytes), None).unwrap();
+        for batch in reader {
+            let lists = batch.unwrap().column_by_name("input_ids").unwrap().as_list::<i32>().clone();
+            for row in 0..lists.len() {
+                let values = lists.value(row);
+                rows.push(values.as_primitive::<Int32Type>().values().iter().map(|&id| id as u32).collect());
+            }
+        }
+    }
+    rows
+}
+
 /// A path the test script provides in `variable`, or None with a SKIPPED message
 /// when it could not (no root, no package). When the script says it set the
 /// thing up (`require` is set), a missing path fails instead of skipping.
