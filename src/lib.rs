@@ -21,7 +21,8 @@
 //! - `pack`: documents to rows (`concat`, `truncate`, `none`).
 //! - `prepare`: build an entry (parallel over shards, resumable) and publish it.
 //! - `stage`: mirror the cache into a node-local destination and copy the active entry
-//!   (`mirror`, `copy`, `landing`; its state files live in `cache::staging`).
+//!   (`plan`, `guard` (free space, the destination lock), `mirror`, `copy`, `landing`, `report`,
+//!   `command`; its state files live in `cache::staging`).
 //! - `status`, `gc`, `verify`: what the cache holds; eviction by policy; re-hashing against manifests.
 //! - `daemon`: the per-node agent (tokio, Unix socket protocol, metrics); `settings`'s socket.
 //! - `corpus`: synthetic Pile-style corpora for the demo, tests and benchmarks.

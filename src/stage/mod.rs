@@ -8,27 +8,31 @@
 
 pub mod command;
 pub mod copy;
+mod guard;
 pub mod landing;
 pub mod mirror;
+mod plan;
+mod report;
+
 pub use crate::cache::staging as state;
+pub use guard::lock_destination;
+pub use plan::{DROP_IN_PREFIX, PlanKind, PlannedFile, StagePlan, pending_files, plan_drop_in, plan_entry};
+pub use report::new_state;
 
 use std::collections::HashSet;
-use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::time::{Duration, Instant};
-
-use rayon::prelude::*;
+use std::time::Instant;
 
 use crate::cache::destination::DestLayout;
-use crate::cache::layout::{CacheLayout, MANIFEST_FILE};
+use crate::cache::layout::CacheLayout;
 use crate::cache::lease::Lease;
-use crate::cache::manifest::Manifest;
-use crate::fsutil;
-use crate::progress::{self, ProgressMode, Reporter};
-use crate::ticker::Ticker;
+use crate::progress::ProgressMode;
 use copy::{CopyCounters, CopyError, CopyJob};
+use guard::check_free;
+use plan::is_regular;
+use report::{start_reporter, state_ticker};
 use state::{Phase, StageState};
 
 #[derive(Debug, thiserror::Error)]
@@ -60,40 +64,6 @@ impl StageError {
     }
 }
 
-/// One file to stage, relative to the source and destination roots.
-#[derive(Debug, Clone)]
-pub struct PlannedFile {
-    pub relative: String,
-    pub size: u64,
-    pub blake3: Option<String>,
-}
-
-impl PlannedFile {
-    /// The directory it sits in, relative like the file.
-    fn parent(&self) -> &Path {
-        Path::new(&self.relative).parent().unwrap_or(Path::new(""))
-    }
-}
-
-/// What to stage.
-pub struct StagePlan {
-    /// Short fingerprint, or `dropin-<hash>`.
-    pub id: String,
-    pub name: String,
-    pub source_root: PathBuf,
-    /// Where the files land: `<dest>/entries/<fp16>`, or `<dest>` in drop-in mode.
-    pub dest_root: PathBuf,
-    pub files: Vec<PlannedFile>,
-    pub kind: PlanKind,
-}
-
-pub enum PlanKind {
-    /// A cache entry: mirror the rest of the cache too, and hold a lease.
-    Entry { cache: CacheLayout },
-    /// An existing Hugging Face cache directory mirrored file by file.
-    DropIn,
-}
-
 #[derive(Debug, Clone)]
 pub struct StageOptions {
     pub dest: PathBuf,
@@ -113,146 +83,6 @@ pub struct StageReport {
     pub seconds: f64,
     pub dest_root: PathBuf,
     pub waited_for_another_stager: bool,
-}
-
-/// The plan for a published cache entry: every file of the manifest, and the manifest.
-pub fn plan_entry(cache: &CacheLayout, manifest: &Manifest, dest: &Path) -> Result<StagePlan, StageError> {
-    let short = manifest.short_fingerprint().to_string();
-    let source_root = absolute(cache.entry(&short).root());
-    let manifest_path = source_root.join(MANIFEST_FILE);
-    let manifest_size = std::fs::metadata(&manifest_path).map_err(StageError::io("reading", &manifest_path))?.len();
-    let mut files: Vec<PlannedFile> = manifest
-        .files
-        .iter()
-        .map(|f| PlannedFile { relative: f.path.clone(), size: f.size, blake3: Some(f.blake3.clone()) })
-        .collect();
-    files.push(PlannedFile { relative: MANIFEST_FILE.into(), size: manifest_size, blake3: None });
-    Ok(StagePlan {
-        id: short.clone(),
-        name: manifest.name.clone(),
-        source_root,
-        dest_root: DestLayout::new(dest).mirror().entry(&short).root().to_path_buf(),
-        files,
-        kind: PlanKind::Entry { cache: CacheLayout::new(absolute(cache.root())) },
-    })
-}
-
-/// How drop-in stagings' ids begin (entries are named by their fingerprint).
-pub const DROP_IN_PREFIX: &str = "dropin-";
-
-/// The plan for drop-in mode: `list` holds relative paths inside `src`, one per
-/// line. The listed files are looked up `threads` at a time, since each lookup
-/// may wait on a network filesystem.
-pub fn plan_drop_in(src: &Path, list: &str, dest: &Path, threads: usize) -> Result<StagePlan, StageError> {
-    let src = absolute(src);
-    let mut listed = Vec::new();
-    for (index, line) in list.lines().enumerate() {
-        let relative = line.trim();
-        if relative.is_empty() {
-            continue;
-        }
-        let path = Path::new(relative);
-        if path.is_absolute() || path.components().any(|c| !matches!(c, std::path::Component::Normal(_))) {
-            return Err(StageError::OutsideSource { line: index + 1, path: relative.to_string(), src: src.clone() });
-        }
-        listed.push((index + 1, relative));
-    }
-    let look_up = || {
-        listed
-            .par_iter()
-            .map(|&(line, relative)| {
-                let source = src.join(relative);
-                match std::fs::metadata(&source) {
-                    Ok(meta) if meta.is_file() => {
-                        Ok(PlannedFile { relative: relative.to_string(), size: meta.len(), blake3: None })
-                    }
-                    _ => Err(StageError::NotAFile { line, path: source }),
-                }
-            })
-            .collect::<Result<Vec<_>, _>>()
-    };
-    let files = match rayon::ThreadPoolBuilder::new().num_threads(threads.max(1)).build() {
-        Ok(pool) => pool.install(look_up)?,
-        Err(_) => look_up()?,
-    };
-    if files.is_empty() {
-        return Err(StageError::EmptyList);
-    }
-    let id = format!("{DROP_IN_PREFIX}{}", &blake3::hash(src.as_os_str().as_encoded_bytes()).to_hex()[..16]);
-    let name = src.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-    Ok(StagePlan { id, name, source_root: src, dest_root: dest.to_path_buf(), files, kind: PlanKind::DropIn })
-}
-
-fn absolute(path: &Path) -> PathBuf {
-    std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf())
-}
-
-/// Whether the destination already holds this file complete (a regular file of
-/// the right size; with `verify`, also the right blake3).
-fn is_complete(plan: &StagePlan, file: &PlannedFile, verify: bool) -> bool {
-    let path = plan.dest_root.join(&file.relative);
-    let complete = path.symlink_metadata().is_ok_and(|m| m.file_type().is_file() && m.len() == file.size);
-    match (&file.blake3, verify && complete) {
-        (Some(expected), true) => hash_file(&path).is_ok_and(|found| found == *expected),
-        _ => complete,
-    }
-}
-
-fn is_regular(path: &Path) -> bool {
-    path.symlink_metadata().is_ok_and(|m| m.file_type().is_file())
-}
-
-fn hash_file(path: &Path) -> std::io::Result<String> {
-    let mut hasher = blake3::Hasher::new();
-    hasher.update_mmap(path)?;
-    Ok(hasher.finalize().to_hex().to_string())
-}
-
-/// Checks `needed` bytes against the free space on the destination's filesystem.
-fn check_free(dest: &Path, needed: u64) -> Result<(), StageError> {
-    let mut probe = dest.to_path_buf();
-    while !probe.exists() {
-        if !probe.pop() {
-            break;
-        }
-    }
-    let available = fsutil::available_bytes(&probe).map_err(StageError::io("checking free space on", &probe))?;
-    if needed > available {
-        return Err(StageError::NoSpace {
-            dest: dest.to_path_buf(),
-            needed: bytesize::ByteSize(needed),
-            available: bytesize::ByteSize(available),
-        });
-    }
-    Ok(())
-}
-
-/// Takes the destination's stage lock, waiting for another stager if needed.
-/// Returns the lock (held until dropped) and whether it had to wait.
-pub fn lock_destination(dest: &Path) -> Result<(File, bool), StageError> {
-    let control = state::control_dir(dest);
-    std::fs::create_dir_all(&control).map_err(StageError::io("creating", &control))?;
-    let path = state::lock_path(dest);
-    let file = File::options()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(&path)
-        .map_err(StageError::io("opening", &path))?;
-    use rustix::fs::{FlockOperation, flock};
-    match flock(&file, FlockOperation::NonBlockingLockExclusive) {
-        Ok(()) => Ok((file, false)),
-        Err(rustix::io::Errno::WOULDBLOCK) => {
-            tracing::info!(dest = %dest.display(), "another ferry stage is staging here; waiting for it");
-            flock(&file, FlockOperation::LockExclusive).map_err(|e| StageError::Io {
-                doing: "locking",
-                path,
-                source: e.into(),
-            })?;
-            Ok((file, true))
-        }
-        Err(errno) => Err(StageError::Io { doing: "locking", path, source: errno.into() }),
-    }
 }
 
 /// Mirrors the cache and creates the active entry's tree. Of the plan's own
@@ -279,15 +109,6 @@ pub fn build_mirror(plan: &StagePlan, dest: &Path, link: &[&str]) -> Result<(), 
     }
     mirror::make_dirs(&plan.dest_root, &relative).map_err(StageError::io("mirroring into", dest))?;
     mirror::link_files(&plan.source_root, &plan.dest_root, link).map_err(StageError::io("mirroring into", dest))
-}
-
-/// The plan's files not yet complete in the destination. A file whose directory
-/// is not there yet is pending without a lookup of its own: on a fresh
-/// destination that is one lookup per directory instead of one per file.
-pub fn pending_files(plan: &StagePlan, verify: bool) -> Vec<&PlannedFile> {
-    let parents: HashSet<&Path> = plan.files.iter().map(PlannedFile::parent).collect();
-    let present: HashSet<&Path> = parents.into_par_iter().filter(|dir| plan.dest_root.join(dir).is_dir()).collect();
-    plan.files.par_iter().filter(|f| !(present.contains(f.parent()) && is_complete(plan, f, verify))).collect()
 }
 
 /// Drop-in mode: every file of `src` but the `listed` ones as a symlink
@@ -431,68 +252,5 @@ fn stage_locked(
         seconds,
         dest_root: plan.dest_root.clone(),
         waited_for_another_stager: false,
-    })
-}
-
-pub fn new_state(plan: &StagePlan, options: &StageOptions, phase: Phase) -> StageState {
-    let now = state::now_unix();
-    StageState {
-        id: plan.id.clone(),
-        name: plan.name.clone(),
-        source: plan.source_root.display().to_string(),
-        phase,
-        files_done: 0,
-        files_total: plan.files.len() as u64,
-        bytes_done: 0,
-        bytes_total: plan.files.iter().map(|f| f.size).sum(),
-        bytes_copied: 0,
-        bytes_per_second: 0.0,
-        verify: options.verify,
-        pid: std::process::id(),
-        host: fsutil::host_name(),
-        job_id: std::env::var("SLURM_JOB_ID").ok(),
-        started_unix: now,
-        updated_unix: now,
-        error: None,
-    }
-}
-
-/// Rewrites the state file every half second while copying.
-fn state_ticker(dest: PathBuf, mut current: StageState, counters: Arc<CopyCounters>, files: u64, bytes: u64) -> Ticker {
-    let started = Instant::now();
-    Ticker::every(Duration::from_millis(500), move || {
-        let copied = counters.bytes_done.load(Ordering::Relaxed);
-        current.files_done = files + counters.files_done.load(Ordering::Relaxed);
-        current.bytes_done = bytes + copied;
-        current.bytes_copied = copied;
-        current.bytes_per_second = copied as f64 / started.elapsed().as_secs_f64().max(1e-3);
-        current.updated_unix = state::now_unix();
-        if let Err(err) = state::write(&dest, &current) {
-            tracing::warn!(error = %err, "cannot update the staging state file");
-        }
-    })
-}
-
-fn start_reporter(
-    mode: ProgressMode,
-    counters: Arc<CopyCounters>,
-    files: u64,
-    bytes: u64,
-    files_before: u64,
-    bytes_before: u64,
-) -> Reporter {
-    Reporter::start(mode, "stage", move |elapsed| {
-        let copied = counters.bytes_done.load(Ordering::Relaxed);
-        let done = bytes_before + copied;
-        let line = format!(
-            "{}/{} files, {}/{}, {}B/s, ETA {}",
-            files_before + counters.files_done.load(Ordering::Relaxed),
-            files,
-            bytesize::ByteSize(done),
-            bytesize::ByteSize(bytes),
-            progress::per_second(copied, elapsed),
-            progress::eta(copied, bytes - bytes_before, elapsed),
-        );
-        (done, bytes, line)
     })
 }
