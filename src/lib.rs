@@ -19,7 +19,9 @@
 //! - `tokenizer`: tokenizer loading, the guarded fast byte-level BPE encoder (added tokens, NFC,
 //!   split regexes, merges with a per-thread cache), BOS/EOS rules.
 //! - `pack`: documents to rows (`concat`, `truncate`, `none`).
-//! - `prepare`: build an entry (parallel over shards, resumable) and publish it.
+//! - `prepare`: build an entry and publish it: `together` (the claims loop shared by every task
+//!   building it), `shard` + `pipeline` (one shard read, encoded and written at once), `record`
+//!   (the manifest), `publish`.
 //! - `stage`: mirror the cache into a node-local destination and copy the active entry
 //!   (`plan`, `guard` (free space, the destination lock), `mirror`, `copy`, `landing`, `report`,
 //!   `command`; its state files live in `cache::staging`).

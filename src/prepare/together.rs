@@ -1,0 +1,158 @@
+//! The claims loop: every task building the same entry (processes, `srun` tasks,
+//! nodes) tokenizes the shards it can claim, waits for the rest, and exactly one
+//! publishes.
+
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use crate::cache::layout::CacheLayout;
+use crate::fingerprint::Fingerprint;
+use crate::fsutil;
+use crate::tokenizer::EncoderKind;
+
+use super::claims::{self, ClaimGuard, Claims};
+use super::shard::{self, ShardError, ShardRecord};
+use super::{PrepareError, published};
+
+/// How this task's part of a shared build ended.
+pub(super) enum Together<'a> {
+    /// Every shard is done and this task holds the publish claim.
+    Publish { records: Vec<ShardRecord>, tokenized_here: usize, kind: EncoderKind, guard: ClaimGuard<'a> },
+    /// Another task published the entry.
+    PublishedElsewhere { tokenized_here: usize },
+}
+
+/// How long a task waits between looks at shards other tasks are working on.
+const POLL: std::time::Duration = std::time::Duration::from_millis(250);
+
+/// Tokenizes shards alongside every other task building the same entry (other
+/// processes, `srun` tasks, nodes): each shard is claimed before it is tokenized,
+/// finished shards are never redone, shards of dead tasks are taken over, and
+/// exactly one task publishes.
+pub(super) fn build_together<'a>(
+    context: &shard::ShardContext,
+    claims: &'a Claims,
+    tasks: &[shard::ShardTask],
+    pool: &rayon::ThreadPool,
+    cache: &CacheLayout,
+    fingerprint: &Fingerprint,
+) -> Result<Together<'a>, PrepareError> {
+    let build = context.build;
+    let fast_disabled = build.root().join("fast-path-disabled");
+    let order = work_order(tasks.len());
+    let mut tokenized_here = 0;
+    // Finished shards never change: each record is read once, not on every pass.
+    let mut known: Vec<Option<ShardRecord>> = vec![None; tasks.len()];
+    let mut known_kind = None;
+    loop {
+        if published(cache, fingerprint)?.is_some() {
+            return Ok(Together::PublishedElsewhere { tokenized_here });
+        }
+        let kind = if context.encoders.fast_available() && !fast_disabled.exists() {
+            EncoderKind::FastBytelevelBpe
+        } else {
+            EncoderKind::Tokenizers
+        };
+        if known_kind != Some(kind) {
+            known.iter_mut().for_each(|record| *record = None);
+            known_kind = Some(kind);
+        }
+        let unfinished: Vec<usize> = order.iter().copied().filter(|&index| known[index].is_none()).collect();
+        match run_claimed_shards(context, claims, tasks, &unfinished, kind, pool) {
+            Ok(count) => tokenized_here += count,
+            Err(PrepareError::Shard(ShardError::FastPathMismatch { path, record })) => {
+                // Rare: the vocabulary looked equivalent but is not. Every shard of the
+                // build is then encoded by the reference, so the output stays deterministic.
+                tracing::warn!(path = %path.display(), record, "the fast encoder disagrees with the tokenizer; re-encoding every shard with the tokenizer");
+                fsutil::write_atomic(&fast_disabled, b"")
+                    .map_err(PrepareError::io("recording the fast-path fallback"))?;
+                continue;
+            }
+            // A straggler whose build was published meanwhile has nothing left to do.
+            Err(_) if published(cache, fingerprint)?.is_some() => {
+                return Ok(Together::PublishedElsewhere { tokenized_here });
+            }
+            Err(err) => return Err(err),
+        }
+        for &index in &unfinished {
+            known[index] = context.finished_record(&tasks[index], kind);
+        }
+        let records: Option<Vec<ShardRecord>> = known.iter().cloned().collect();
+        match records {
+            Some(records) => {
+                if let Some(guard) =
+                    claims.try_claim(&build.publish_lock()).map_err(PrepareError::io("claiming the publication"))?
+                {
+                    if published(cache, fingerprint)?.is_some() {
+                        return Ok(Together::PublishedElsewhere { tokenized_here });
+                    }
+                    return Ok(Together::Publish { records, tokenized_here, kind, guard });
+                }
+            }
+            None => tracing::debug!("waiting for shards other tasks are tokenizing"),
+        }
+        std::thread::sleep(POLL);
+    }
+}
+
+/// The order this task visits shards in: under `srun`, task k starts at its own
+/// k-th of the list, so tasks mostly work on different shards and meet only at the end.
+fn work_order(count: usize) -> Vec<usize> {
+    let offset = match claims::slurm_task() {
+        Some((procid, ntasks)) => procid * count / ntasks,
+        None => 0,
+    };
+    (0..count).map(|i| (i + offset) % count.max(1)).collect()
+}
+
+/// One pass over the shards: every free, unfinished shard is claimed and
+/// tokenized, `workers` at a time, in this task's order. Returns how many.
+fn run_claimed_shards(
+    context: &shard::ShardContext,
+    claims: &Claims,
+    tasks: &[shard::ShardTask],
+    order: &[usize],
+    kind: EncoderKind,
+    pool: &rayon::ThreadPool,
+) -> Result<usize, PrepareError> {
+    let cursor = AtomicUsize::new(0);
+    let tokenized = AtomicUsize::new(0);
+    let failure: Mutex<Option<PrepareError>> = Mutex::new(None);
+    let failed = || failure.lock().unwrap_or_else(|e| e.into_inner()).is_some();
+    let fail = |err: PrepareError| {
+        failure.lock().unwrap_or_else(|e| e.into_inner()).get_or_insert(err);
+    };
+    pool.scope(|scope| {
+        for _ in 0..pool.current_num_threads() {
+            scope.spawn(|_| {
+                while !failed() {
+                    let Some(&index) = order.get(cursor.fetch_add(1, Ordering::Relaxed)) else { break };
+                    let task = &tasks[index];
+                    if context.finished_record(task, kind).is_some() {
+                        continue;
+                    }
+                    let claim = match claims.try_claim(&context.build.claim(&task.split, task.shard)) {
+                        Ok(Some(claim)) => claim,
+                        Ok(None) => continue,
+                        Err(err) => return fail(PrepareError::Io { doing: "claiming a shard", source: err }),
+                    };
+                    // Finished by another task between our look and our claim.
+                    if context.finished_record(task, kind).is_some() {
+                        continue;
+                    }
+                    match context.run(task, kind) {
+                        Ok(_) => {
+                            tokenized.fetch_add(1, Ordering::Relaxed);
+                        }
+                        Err(err) => fail(err.into()),
+                    }
+                    drop(claim);
+                }
+            });
+        }
+    });
+    match failure.into_inner().unwrap_or_else(|e| e.into_inner()) {
+        Some(err) => Err(err),
+        None => Ok(tokenized.into_inner()),
+    }
+}
