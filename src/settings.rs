@@ -181,7 +181,7 @@ impl Settings {
     }
 
     /// Tokenizer workers for `prepare`.
-    pub fn workers(&self, flag: Option<usize>) -> Setting<usize> {
+    pub fn jobs(&self, flag: Option<usize>) -> Setting<usize> {
         let envs = ["FERRY_JOBS", "SLURM_CPUS_PER_TASK"];
         self.first(
             positive(flag),
@@ -197,7 +197,7 @@ impl Settings {
     }
 
     /// Copies in flight for `stage`: staging is bound by I/O latency, so several per core.
-    pub fn stage_threads(&self, flag: Option<usize>) -> Setting<usize> {
+    pub fn stage_jobs(&self, flag: Option<usize>) -> Setting<usize> {
         let configured = positive(self.config.stage_jobs);
         self.first(
             positive(flag),
@@ -207,7 +207,7 @@ impl Settings {
             configured,
         )
         .unwrap_or_else(|| {
-            let per_core = self.workers(None);
+            let per_core = self.jobs(None);
             Setting { value: (per_core.value * 16).clamp(16, 64), source: per_core.source }
         })
     }

@@ -18,8 +18,8 @@ pub fn run(settings: &Settings, as_json: bool) -> anyhow::Result<()> {
     let rows: Vec<(&str, (String, Source))> = vec![
         ("cache", show(Some(path(settings.cache(None))))),
         ("dest", show(settings.dest(None).map(path))),
-        ("jobs", show(Some(number(settings.workers(None))))),
-        ("stage_jobs", show(Some(number(settings.stage_threads(None))))),
+        ("jobs", show(Some(number(settings.jobs(None))))),
+        ("stage_jobs", show(Some(number(settings.stage_jobs(None))))),
         ("gc.max_size", (policy.max_size.map_or("(unset)".into(), |b| bytesize::ByteSize(b).to_string()), size_source)),
         (
             "gc.max_age",

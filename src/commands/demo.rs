@@ -33,7 +33,7 @@ pack = "concat"
 seq_len = 1024
 "#;
 
-pub fn run(dir: &Path, workers: usize, progress: ProgressMode) -> anyhow::Result<()> {
+pub fn run(dir: &Path, jobs: usize, progress: ProgressMode) -> anyhow::Result<()> {
     let corpus_dir = dir.join("corpus");
     if !corpus_dir.exists() {
         eprintln!("writing a Pile-style corpus to {}", corpus_dir.display());
@@ -44,7 +44,7 @@ pub fn run(dir: &Path, workers: usize, progress: ProgressMode) -> anyhow::Result
     crate::fsutil::write_atomic(&spec_path, DEMO_SPEC.as_bytes()).context("writing the demo spec")?;
     let spec = Spec::load(&spec_path)?;
     let cache = CacheLayout::new(dir.join("cache"));
-    let options = PrepareOptions { workers, progress };
+    let options = PrepareOptions { jobs, progress };
     let prepared = prepare::prepare(&spec, &cache, &options).context("preparing the demo corpus")?;
     let counts = &prepared.manifest.totals.counts;
     out!("spec        {}", spec_path.display())?;
@@ -63,7 +63,7 @@ pub fn run(dir: &Path, workers: usize, progress: ProgressMode) -> anyhow::Result
     // Stage it as a job would onto a node's local disk.
     let dest = std::path::absolute(dir.join("node-local"))?;
     let plan = stage::plan_entry(&cache, &prepared.manifest, &dest)?;
-    let options = StageOptions { dest: dest.clone(), threads: 16, verify: true, progress };
+    let options = StageOptions { dest: dest.clone(), jobs: 16, verify: true, progress };
     let report = stage::stage(&plan, &options).context("staging the demo entry")?;
     out!(
         "staged      {} ({} files copied and verified, {} already there, {:.2} s)",

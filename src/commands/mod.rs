@@ -47,15 +47,15 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
     };
     match cli.command {
         Command::Prepare { spec, cache, jobs, json } => {
-            prepare::run(&spec, &settings.cache(cache.cache).value, settings.workers(jobs).value, progress, json)
+            prepare::run(&spec, &settings.cache(cache.cache).value, settings.jobs(jobs).value, progress, json)
         }
         Command::Stage(args) => {
             let (dest, cache) = (dest(args.dest.clone())?, settings.cache(args.cache.cache.clone()).value);
-            let threads = settings.stage_threads(args.jobs).value;
+            let jobs = settings.stage_jobs(args.jobs).value;
             let target = stage::StageTarget::from_flags(args.spec, args.entry, args.src, args.files_from)?;
             let request =
                 stage::StageRequest { target, verify: args.verify, background: args.background, json: args.json };
-            stage::run(request, &cache, dest, threads, progress)
+            stage::run(request, &cache, dest, jobs, progress)
         }
         Command::Wait { dest: flag, entry, json } => stage::wait(dest(flag)?, entry.as_deref(), json),
         Command::Status { cache, dest, json } => status::run(
@@ -96,7 +96,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
             }
             Ok(())
         }
-        Command::Demo { dir } => demo::run(&dir, settings.workers(None).value, progress),
+        Command::Demo { dir } => demo::run(&dir, settings.jobs(None).value, progress),
     }
 }
 

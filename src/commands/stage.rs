@@ -57,16 +57,16 @@ pub fn run(
     request: StageRequest,
     cache_root: &Path,
     dest: PathBuf,
-    threads: usize,
+    jobs: usize,
     progress: ProgressMode,
 ) -> anyhow::Result<()> {
     let cache = CacheLayout::new(cache_root);
     let plan = match &request.target {
-        StageTarget::DropIn { src, files_from } => stage::plan_drop_in(src, &read_list(files_from)?, &dest, threads)?,
+        StageTarget::DropIn { src, files_from } => stage::plan_drop_in(src, &read_list(files_from)?, &dest, jobs)?,
         StageTarget::Entry(prefix) => stage::plan_entry(&cache, &super::find_entry(&cache, prefix)?, &dest)?,
         StageTarget::Spec(spec_path) => plan_spec(&cache, spec_path, &dest)?,
     };
-    let options = StageOptions { dest: dest.clone(), threads, verify: request.verify, progress };
+    let options = StageOptions { dest: dest.clone(), jobs, verify: request.verify, progress };
     if let PlanKind::Entry { .. } = plan.kind {
         prepare::mark_used(&cache, &plan.id);
     }
@@ -126,7 +126,7 @@ fn start_background(plan: &StagePlan, options: &StageOptions, cache: &CacheLayou
             StageSource::DropIn { src: &plan.source_root, files_from: &list_path }
         }
     };
-    let command = StageCommand { source, dest, verify: options.verify, jobs: Some(options.threads), quiet: false };
+    let command = StageCommand { source, dest, verify: options.verify, jobs: Some(options.jobs), quiet: false };
     let mut child = std::process::Command::new(exe);
     child.args(command.args());
     let log_path = state::log_path(dest, &plan.id);

@@ -70,7 +70,7 @@ impl PrepareError {
 /// Execution settings; none of them changes the entry's bytes.
 #[derive(Debug, Clone)]
 pub struct PrepareOptions {
-    pub workers: usize,
+    pub jobs: usize,
     pub progress: ProgressMode,
 }
 
@@ -166,7 +166,7 @@ pub fn prepare(spec: &Spec, cache: &CacheLayout, options: &PrepareOptions) -> Re
     let build_record = BuildRecord {
         host: fsutil::host_name(),
         pid: std::process::id(),
-        workers: options.workers,
+        workers: options.jobs,
         shards_tokenized_here: tokenized_here,
         shards_total: tasks.len(),
     };
@@ -229,7 +229,7 @@ struct BuildRun<'a> {
     build: &'a BuildLayout,
 }
 
-/// Tokenizes every shard on a pool of `options.workers` threads, alongside any
+/// Tokenizes every shard on a pool of `options.jobs` threads, alongside any
 /// other task building the same entry, with progress shown and written down.
 fn tokenize_all<'a>(
     run: &BuildRun,
@@ -239,7 +239,7 @@ fn tokenize_all<'a>(
     let BuildRun { spec, cache, options, located, encoders, build } = *run;
     let _progress_file = progress_ticker(build, spec, &located.fingerprint, tasks.len() as u64);
     let counters = Arc::new(BuildCounters::default());
-    let budget = budget::Budget::for_threads(options.workers);
+    let budget = budget::Budget::for_threads(options.jobs);
     let context = shard::ShardContext {
         spec,
         encoders,
@@ -250,7 +250,7 @@ fn tokenize_all<'a>(
         budget: &budget,
     };
     let pool = rayon::ThreadPoolBuilder::new()
-        .num_threads(options.workers.max(1))
+        .num_threads(options.jobs.max(1))
         .build()
         .map_err(|err| PrepareError::Io { doing: "starting worker threads", source: std::io::Error::other(err) })?;
     let total_input_bytes: u64 = tasks.iter().map(|t| t.input.size).sum();

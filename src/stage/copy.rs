@@ -64,9 +64,9 @@ struct Chunked {
     failed: AtomicBool,
 }
 
-/// Copies every job with `threads` copies in flight; returns the failures (the
+/// Copies every job with `in_flight` copies at a time; returns the failures (the
 /// other files are still copied).
-pub fn copy_all(jobs: &[CopyJob], threads: usize, verify: bool, counters: &CopyCounters) -> Vec<CopyError> {
+pub fn copy_all(jobs: &[CopyJob], in_flight: usize, verify: bool, counters: &CopyCounters) -> Vec<CopyError> {
     let failures = Mutex::new(Vec::new());
     let fail = |err: CopyError| failures.lock().unwrap_or_else(|e| e.into_inner()).push(err);
 
@@ -101,7 +101,7 @@ pub fn copy_all(jobs: &[CopyJob], threads: usize, verify: bool, counters: &CopyC
 
     let next = AtomicUsize::new(0);
     std::thread::scope(|scope| {
-        for _ in 0..threads.max(1).min(units.len().max(1)) {
+        for _ in 0..in_flight.max(1).min(units.len().max(1)) {
             scope.spawn(|| {
                 while let Some(unit) = units.get(next.fetch_add(1, Ordering::Relaxed)) {
                     match *unit {

@@ -68,7 +68,7 @@ impl StageError {
 pub struct StageOptions {
     pub dest: PathBuf,
     /// Copies in flight.
-    pub threads: usize,
+    pub jobs: usize,
     pub verify: bool,
     pub progress: ProgressMode,
 }
@@ -197,7 +197,7 @@ fn stage_locked(
     // Space again, now that the lock is ours and another stager may have finished.
     check_free(dest, pending.iter().map(|f| f.size).sum())?;
     // Each copy's size is checked as it lands, against the manifest (or the stat above).
-    let jobs: Vec<CopyJob> = pending
+    let copies: Vec<CopyJob> = pending
         .iter()
         .map(|file| CopyJob {
             source: plan.source_root.join(&file.relative),
@@ -206,8 +206,9 @@ fn stage_locked(
             blake3: file.blake3.clone(),
         })
         .collect();
-    let already_bytes: u64 = plan.files.iter().map(|f| f.size).sum::<u64>() - jobs.iter().map(|j| j.size).sum::<u64>();
-    let already_files = (plan.files.len() - jobs.len()) as u64;
+    let already_bytes: u64 =
+        plan.files.iter().map(|f| f.size).sum::<u64>() - copies.iter().map(|j| j.size).sum::<u64>();
+    let already_files = (plan.files.len() - copies.len()) as u64;
 
     current.phase = Phase::Copying;
     let counters = Arc::new(CopyCounters::default());
@@ -221,7 +222,7 @@ fn stage_locked(
             already_files,
             already_bytes,
         );
-        copy::copy_all(&jobs, options.threads, options.verify, &counters)
+        copy::copy_all(&copies, options.jobs, options.verify, &counters)
     };
     tracing::debug!(seconds = started.elapsed().as_secs_f64(), "copies landed");
     let copied_bytes = counters.bytes_done.load(Ordering::Relaxed);
@@ -234,13 +235,13 @@ fn stage_locked(
     current.updated_unix = state::now_unix();
     if let Some(first) = failures.into_iter().next() {
         // Files whose copy failed point at the shared copy, so the mirror is whole.
-        let failed: Vec<&str> = jobs
+        let failed: Vec<&str> = copies
             .iter()
             .filter(|j| !is_regular(&j.dest))
             .filter_map(|j| j.dest.strip_prefix(&plan.dest_root).ok()?.to_str())
             .collect();
         let _ = mirror::link_files(&plan.source_root, &plan.dest_root, &failed);
-        let count = jobs.len() - copied_files as usize;
+        let count = copies.len() - copied_files as usize;
         return Err(StageError::Copy { dest: dest.clone(), count, first });
     }
     current.phase = Phase::Done;

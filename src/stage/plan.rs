@@ -72,9 +72,9 @@ pub fn plan_entry(cache: &CacheLayout, manifest: &Manifest, dest: &Path) -> Resu
 pub const DROP_IN_PREFIX: &str = "dropin-";
 
 /// The plan for drop-in mode: `list` holds relative paths inside `src`, one per
-/// line. The listed files are looked up `threads` at a time, since each lookup
+/// line. The listed files are looked up `jobs` at a time, since each lookup
 /// may wait on a network filesystem.
-pub fn plan_drop_in(src: &Path, list: &str, dest: &Path, threads: usize) -> Result<StagePlan, StageError> {
+pub fn plan_drop_in(src: &Path, list: &str, dest: &Path, jobs: usize) -> Result<StagePlan, StageError> {
     let src = absolute(src);
     let mut listed = Vec::new();
     for (index, line) in list.lines().enumerate() {
@@ -102,7 +102,7 @@ pub fn plan_drop_in(src: &Path, list: &str, dest: &Path, threads: usize) -> Resu
             })
             .collect::<Result<Vec<_>, _>>()
     };
-    let files = match rayon::ThreadPoolBuilder::new().num_threads(threads.max(1)).build() {
+    let files = match rayon::ThreadPoolBuilder::new().num_threads(jobs.max(1)).build() {
         Ok(pool) => pool.install(look_up)?,
         Err(_) => look_up()?,
     };
