@@ -49,6 +49,18 @@ fn status_of_a_missing_destination_names_it() {
 }
 
 #[test]
+fn status_in_a_job_with_nothing_staged_yet_reports_an_empty_node() {
+    // SLURM_TMPDIR/ferry does not exist until a stage runs: that is an empty node, not an error.
+    let env = TestEnv::new();
+    let tmpdir = env.path("job-tmp");
+    std::fs::create_dir_all(&tmpdir).unwrap();
+    let output = env.ferry().args(["status", "--json"]).env("SLURM_TMPDIR", &tmpdir).output().unwrap();
+    assert!(output.status.success(), "{}", describe(&output));
+    let report: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(report["staging"].as_array().map(Vec::len), Some(0), "{report}");
+}
+
+#[test]
 fn gc_of_a_missing_destination_names_it() {
     assert_names_missing_dest(&["gc"]);
 }

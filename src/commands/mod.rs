@@ -58,12 +58,13 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
             stage::run(request, &cache, dest, jobs, progress)
         }
         Command::Wait { dest: flag, entry, json } => stage::wait(dest(flag)?, entry.as_deref(), json),
-        Command::Status { cache, dest, json } => status::run(
-            &settings.cache(cache.cache).value,
-            settings.dest(dest).map(|s| s.value),
-            &settings.socket(None).value,
-            json,
-        ),
+        Command::Status { cache, dest, json } => {
+            // Only a destination named on the command line must exist: one implied by
+            // SLURM_TMPDIR or the site config is simply empty until something is staged.
+            let named = dest.is_some();
+            let dest = settings.dest(dest).map(|s| s.value);
+            status::run(&settings.cache(cache.cache).value, dest, named, &settings.socket(None).value, json)
+        }
         Command::Gc { cache, max_size, max_age, keep, dry_run, dest, json } => {
             let policy = settings.gc_policy(max_size, max_age, keep)?;
             gc::run(&settings.cache(cache.cache).value, dest.as_deref(), &policy, dry_run, json)

@@ -10,9 +10,17 @@ use crate::cache::layout::CacheLayout;
 use crate::stage::state::StageState;
 use crate::status::{self, CacheStatus, EntryState};
 
-pub fn run(cache_root: &Path, dest: Option<PathBuf>, socket: &Path, as_json: bool) -> anyhow::Result<()> {
-    if let Some(dest) = &dest {
-        // A cache that does not exist yet is empty, but a destination that does not exist is a wrong path.
+/// `dest_named`: the destination was given with `--dest`, so a missing one is a
+/// wrong path rather than a node where nothing was staged yet.
+pub fn run(
+    cache_root: &Path,
+    dest: Option<PathBuf>,
+    dest_named: bool,
+    socket: &Path,
+    as_json: bool,
+) -> anyhow::Result<()> {
+    if let Some(dest) = dest.as_ref().filter(|_| dest_named) {
+        // A cache that does not exist yet is empty, but a named destination that does not exist is a wrong path.
         std::fs::metadata(dest).with_context(|| format!("reading the staging state of {}", dest.display()))?;
     }
     let cache = CacheLayout::new(cache_root);
