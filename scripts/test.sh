@@ -81,17 +81,15 @@ if [ "${FERRY_TEST_MEGATRON:-1}" != 0 ] && [ -x "$megatron_venv/bin/python" ]; t
   export FERRY_REQUIRE_MEGATRON=1
 fi
 
-# --- The wheel (tests/wheel.rs) -------------------------------------------------
-# A cheap profile: a release build would add minutes on two cores.
+# --- The wheel (tests/wheel.rs), built in the background -------------------------
+# A cheap profile: a release build would add minutes on two cores. It builds in
+# its own target directory while Slurm starts and clippy runs; the tests wait for it.
 wheel_log="$root/target/wheel-test-build.log"
-say "building the wheel (scripts/build-wheel.sh --profile wheel-test; log in $wheel_log)"
-wheel_status=0
-scripts/build-wheel.sh --profile wheel-test --out "$root/target/wheels-test" >"$wheel_log" 2>&1 || wheel_status=$?
-case $wheel_status in
-  0) export FERRY_TEST_WHEEL=$(sed -n 's/^wheel: //p' "$wheel_log") FERRY_REQUIRE_WHEEL=1 ;;
-  3) skip "maturin and ziglang could not be installed from PyPI; the wheel tests will be skipped" ;;
-  *) tail -n 40 "$wheel_log"; echo "building the wheel failed" >&2; exit 1 ;;
-esac
+say "building the wheel in the background (scripts/build-wheel.sh --profile wheel-test; log in $wheel_log)"
+mkdir -p "$root/target"
+CARGO_TARGET_DIR="$root/target/wheel-build" \
+  scripts/build-wheel.sh --profile wheel-test --out "$root/target/wheels-test" >"$wheel_log" 2>&1 &
+wheel_pid=$!
 
 # --- System packages and a one-node Slurm cluster (root only) -------------------
 if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
@@ -135,6 +133,15 @@ say "cargo fmt --check"
 cargo fmt --all -- --check
 say "cargo clippy"
 cargo clippy --all-targets --quiet -- -D warnings
+say "building the tests"
+cargo test --no-run --quiet
+wheel_status=0
+wait "$wheel_pid" || wheel_status=$?
+case $wheel_status in
+  0) export FERRY_TEST_WHEEL=$(sed -n 's/^wheel: //p' "$wheel_log") FERRY_REQUIRE_WHEEL=1 ;;
+  3) skip "maturin and ziglang could not be installed from PyPI; the wheel tests will be skipped" ;;
+  *) tail -n 40 "$wheel_log"; echo "building the wheel failed" >&2; exit 1 ;;
+esac
 say "tests"
 if cargo nextest --version >/dev/null 2>&1; then
   cargo nextest run --no-fail-fast --failure-output final
