@@ -4,8 +4,8 @@
 # the two runs alternating so both see the same machine), the publish step that
 # puts the per-split files together, and peak RSS, on one shard of BENCH_SMALL_MB
 # and one four times larger (memory must not grow with shard size).
-# Uses scripts/bench-prepare.sh's real-text corpus when present, else the demo's
-# synthetic corpus (said so in the output).
+# Uses scripts/bench-prepare.sh's real-text corpus when present (BENCH_CORPUS names
+# another), else the demo's synthetic corpus (said so in the output).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
@@ -20,7 +20,7 @@ if [ -z "${FERRY_BIN:-}" ]; then
   cargo build --release --quiet
 fi
 ferry=${FERRY_BIN:-$root/target/release/ferry}
-source_dir="$root/target/bench-prepare/corpus"
+source_dir=${BENCH_CORPUS:-$root/target/bench-prepare/corpus}
 kind="real text (scripts/bench-prepare.sh corpus)"
 if [ ! -s "$source_dir/train-00.jsonl.zst" ]; then
   kind="SYNTHETIC text (the demo corpus; run scripts/bench-prepare.sh first for real text)"

@@ -2,7 +2,10 @@
 # Benchmark (not a test): ferry prepare against the Hugging Face recipe on the
 # same >= 200 MB of real text, the same GPT-2 tokenizer and the same cores.
 # Prints tokens/s of each, the raw throughput of the encoders on the same text
-# from memory, ferry's peak RSS, and the ratios against the targets.
+# from memory, ferry's peak RSS, and the ratios against the targets. Then, same
+# corpus and cores: datatrove as a second peer, a Llama-3-structured tokenizer,
+# one shard against as many shards as cores, the encoder cores on one thread, and
+# what the megatron and flat output formats add (scripts/bench-formats.sh).
 #
 # Real text comes from Debian packages (kernel sources and docs, Python and Perl
 # docs, the GCIDE dictionary), downloaded with apt-get (no install). Without
@@ -294,3 +297,11 @@ for r in lines:
           f"{r['tiktoken_rs_tokens_per_second'] / 1e6:.2f} M: {ratio:.2f}x (target >= 3x) {'OK' if ratio >= 3 else 'MISSED'}; "
           f"documents differing from tokenizers: {r['documents_differing_from_tokenizers']}/{r['tokenizers_sample']}")
 PY
+
+# ---- Extra output formats (scripts/bench-formats.sh) -------------------------
+# What writing the megatron and flat files adds over the Arrow files alone: time,
+# and peak RSS at two shard sizes. BENCH_FORMATS=0 skips it.
+if [ "${BENCH_FORMATS:-1}" != 0 ]; then
+  say "output formats: hf alone against hf + megatron + flat"
+  FERRY_BIN="$ferry" BENCH_CORPUS="$corpus" BENCH_DIR="$work/formats" scripts/bench-formats.sh
+fi
