@@ -164,12 +164,11 @@ py=$peers_venv/bin/python
 
 # Llama-3 structure on cl100k's ranks, which ship inside the tiktoken-rs crate
 # (offline): written by the encoders bench with ferry's own converter.
+# Written on every run (seconds), so a file left by an older converter is never measured.
 llama="$work/llama3-style/tokenizer.json"
-if [ ! -s "$llama" ]; then
-  say "writing a Llama-3-structured tokenizer.json from cl100k_base ranks"
-  mkdir -p "$(dirname "$llama")"
-  "$bench_bin" --llama3-tokenizer "$llama"
-fi
+say "writing a Llama-3-structured tokenizer.json from cl100k_base ranks"
+mkdir -p "$(dirname "$llama")"
+"$bench_bin" --llama3-tokenizer "$llama"
 # GPT-2 as a tokenizer.json, for datatrove (which takes nothing else).
 gpt2_json="$work/gpt2/tokenizer.json"
 mkdir -p "$(dirname "$gpt2_json")"
