@@ -111,6 +111,32 @@ pub fn touch(path: &Path) -> io::Result<()> {
     fs_err::File::options().write(true).open(path)?.set_modified(std::time::SystemTime::now())
 }
 
+/// The blake3 of a file's bytes, read in blocks so memory stays small whatever
+/// the file's size (a memory map would count the whole file in the process's
+/// resident size); each block is hashed on every core.
+pub fn blake3_of_file(path: &Path) -> io::Result<blake3::Hash> {
+    use std::io::Read;
+    const BLOCK: usize = 8 << 20;
+    let mut file = fs::File::open(path)?;
+    let mut hasher = blake3::Hasher::new();
+    let mut block = vec![0u8; BLOCK];
+    loop {
+        let mut filled = 0;
+        while filled < BLOCK {
+            match file.read(&mut block[filled..]) {
+                Ok(0) => break,
+                Ok(read) => filled += read,
+                Err(err) if err.kind() == io::ErrorKind::Interrupted => {}
+                Err(err) => return Err(err),
+            }
+        }
+        hasher.update_rayon(&block[..filled]);
+        if filled < BLOCK {
+            return Ok(hasher.finalize());
+        }
+    }
+}
+
 /// Creates `dir` and its parents.
 pub fn create_dir_all(dir: &Path) -> io::Result<()> {
     fs::create_dir_all(dir)

@@ -34,17 +34,13 @@ pub fn verify_entry(root: &Path, manifest: &Manifest) -> VerifyReport {
             let problem = match std::fs::metadata(&path) {
                 Err(err) => Some(format!("cannot read: {err}")),
                 Ok(meta) if meta.len() != file.size => Some(format!("size {} instead of {}", meta.len(), file.size)),
-                Ok(_) => {
-                    let mut hasher = blake3::Hasher::new();
-                    match hasher.update_mmap_rayon(&path) {
-                        Err(err) => Some(format!("cannot read: {err}")),
-                        Ok(_) => {
-                            let found = hasher.finalize().to_hex();
-                            (found.as_str() != file.blake3)
-                                .then(|| format!("blake3 {found} instead of {}", file.blake3))
-                        }
+                Ok(_) => match crate::fsutil::blake3_of_file(&path) {
+                    Err(err) => Some(format!("cannot read: {err}")),
+                    Ok(found) => {
+                        let found = found.to_hex();
+                        (found.as_str() != file.blake3).then(|| format!("blake3 {found} instead of {}", file.blake3))
                     }
-                }
+                },
             };
             problem.map(|problem| FileProblem { path: path.display().to_string(), problem })
         })

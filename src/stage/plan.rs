@@ -134,9 +134,7 @@ pub(super) fn is_regular(path: &Path) -> bool {
 }
 
 fn hash_file(path: &Path) -> std::io::Result<String> {
-    let mut hasher = blake3::Hasher::new();
-    hasher.update_mmap(path)?;
-    Ok(hasher.finalize().to_hex().to_string())
+    Ok(crate::fsutil::blake3_of_file(path)?.to_hex().to_string())
 }
 
 /// The plan's files not yet complete in the destination. A file whose directory

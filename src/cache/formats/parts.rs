@@ -123,7 +123,7 @@ pub fn token_size(token_type: TokenType) -> u64 {
 /// Concatenates `parts` into `target` (temporary name, then rename) and hashes it.
 /// `std::io::copy` between files uses `copy_file_range`, so the bytes stay in the
 /// kernel (and are shared extents on filesystems that reflink); the hash then
-/// reads the result back, memory-mapped and in parallel.
+/// reads the result back in blocks.
 pub fn concatenate(parts: &[PathBuf], target: &Path, relative: String) -> Result<WrittenFile, WriteError> {
     let error = io_error(target);
     let dir = target.parent().unwrap_or(Path::new("."));
@@ -136,10 +136,9 @@ pub fn concatenate(parts: &[PathBuf], target: &Path, relative: String) -> Result
     }
     temp.as_file().sync_all().map_err(&error)?;
     temp.persist(target).map_err(|err| error(err.error))?;
-    let mut hasher = blake3::Hasher::new();
-    hasher.update_mmap_rayon(target).map_err(&error)?;
+    let hash = fsutil::blake3_of_file(target).map_err(&error)?;
     let size = std::fs::metadata(target).map_err(&error)?.len();
-    Ok(WrittenFile { path: relative, size, blake3: hasher.finalize().to_hex().to_string(), rows: 0, tokens: 0 })
+    Ok(WrittenFile { path: relative, size, blake3: hash.to_hex().to_string(), rows: 0, tokens: 0 })
 }
 
 /// Calls `each` with every row length of the parts, in order, reading them in blocks.
