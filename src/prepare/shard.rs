@@ -20,8 +20,8 @@ use super::budget::Budget;
 use super::pipeline;
 
 /// Documents tokenized together (in parallel) before packing.
-pub(super) const BATCH_DOCUMENTS: usize = 1024;
-pub(super) const BATCH_TEXT_BYTES: usize = 8 << 20;
+pub(super) const BATCH_DOCUMENTS: usize = 256;
+pub(super) const BATCH_TEXT_BYTES: usize = 1 << 20;
 /// With the fast encoder, every n-th document of a shard is also encoded by the
 /// reference encoder and must give the same ids.
 pub const SAMPLE_EVERY: u64 = 128;
