@@ -2,20 +2,69 @@
 //! engine `tokenizers` uses: patterns without look-around go to the `regex`
 //! crate's automata; the byte-level families' `...|\s+(?!\S)|\s+` ending is
 //! matched as `...|\s+` and then given back its last whitespace character where
-//! the look-ahead would have (see `WhitespaceRun`). Anything else stays on
-//! `fancy-regex`.
+//! the look-ahead would have (see `whitespace_run_matches`). Anything else stays
+//! on `fancy-regex`.
+//!
+//! The families' patterns match at almost every position, so each match is first
+//! looked for *anchored* where the previous one ended, with a forward lazy DFA
+//! alone; only when nothing starts there does an unanchored search (forward,
+//! then backward for the start) find the next match.
 
+use std::cell::RefCell;
+
+use regex_automata::hybrid::dfa::{Cache, DFA};
 use regex_automata::meta::Regex;
-use regex_automata::{Input, PatternID};
+use regex_automata::{Anchored, Input, PatternID};
+use thread_local::ThreadLocal;
 
 /// The ending whose look-ahead the automata cannot run.
 const LOOKAHEAD_ENDING: &str = r"|\s+(?!\S)|\s+";
 
 pub enum SplitRegex {
     Backtracking(fancy_regex::Regex),
-    Automaton(Regex),
+    Automaton(Automaton),
     /// Pattern 0 is everything before the ending, pattern 1 is `\s+`.
-    WhitespaceRun(Regex),
+    WhitespaceRun(Automaton),
+}
+
+/// The same patterns twice: a forward DFA for anchored matches, and the meta
+/// regex for finding where the next match starts.
+pub struct Automaton {
+    anchored: DFA,
+    caches: ThreadLocal<RefCell<Cache>>,
+    unanchored: Regex,
+}
+
+/// One match: its range and which pattern matched.
+#[derive(Debug, Clone, Copy)]
+struct Found {
+    start: usize,
+    end: usize,
+    pattern: PatternID,
+}
+
+impl Automaton {
+    fn new(patterns: &[&str]) -> Option<Automaton> {
+        Some(Automaton {
+            anchored: DFA::new_many(patterns).ok()?,
+            caches: ThreadLocal::new(),
+            unanchored: Regex::new_many(patterns).ok()?,
+        })
+    }
+
+    /// The leftmost-first match starting at `at` or after it.
+    fn find_from(&self, text: &str, at: usize) -> Option<Found> {
+        let input = Input::new(text).range(at..).anchored(Anchored::Yes);
+        let cache = &mut *self.caches.get_or(|| RefCell::new(self.anchored.create_cache())).borrow_mut();
+        match self.anchored.try_search_fwd(cache, &input) {
+            Ok(Some(found)) => return Some(Found { start: at, end: found.offset(), pattern: found.pattern() }),
+            Ok(None) => {}
+            // The lazy DFA gave up on this text (it does not, as configured): the meta regex decides.
+            Err(_) => {}
+        }
+        let found = self.unanchored.search(&Input::new(text).range(at..))?;
+        Some(Found { start: found.start(), end: found.end(), pattern: found.pattern() })
+    }
 }
 
 impl SplitRegex {
@@ -24,14 +73,14 @@ impl SplitRegex {
             .map_err(|err| format!("cannot compile the split pattern {pattern:?}: {err}"))?;
         if let Some(head) = pattern.strip_suffix(LOOKAHEAD_ENDING)
             && never_empty(head)
-            && let Ok(regex) = Regex::new_many(&[head, r"\s+"])
+            && let Some(automaton) = Automaton::new(&[head, r"\s+"])
         {
-            return Ok(SplitRegex::WhitespaceRun(regex));
+            return Ok(SplitRegex::WhitespaceRun(automaton));
         }
         if never_empty(pattern)
-            && let Ok(regex) = Regex::new(pattern)
+            && let Some(automaton) = Automaton::new(&[pattern])
         {
-            return Ok(SplitRegex::Automaton(regex));
+            return Ok(SplitRegex::Automaton(automaton));
         }
         Ok(SplitRegex::Backtracking(backtracking))
     }
@@ -46,24 +95,26 @@ impl SplitRegex {
                     on_match(found.start(), found.end());
                 }
             }
-            SplitRegex::Automaton(regex) => {
-                for found in regex.find_iter(text) {
-                    on_match(found.start(), found.end());
+            // Never empty, so each search starts where the previous match ended.
+            SplitRegex::Automaton(automaton) => {
+                let mut at = 0;
+                while let Some(found) = automaton.find_from(text, at) {
+                    on_match(found.start, found.end);
+                    at = found.end;
                 }
             }
-            SplitRegex::WhitespaceRun(regex) => whitespace_run_matches(regex, text, on_match),
+            SplitRegex::WhitespaceRun(automaton) => whitespace_run_matches(automaton, text, on_match),
         }
     }
 }
 
 /// `\s+(?!\S)` before `\s+` takes a whitespace run up to the end of the text, or
 /// all of it but its last character when something follows (if that leaves any).
-fn whitespace_run_matches(regex: &Regex, text: &str, on_match: &mut dyn FnMut(usize, usize)) {
+fn whitespace_run_matches(automaton: &Automaton, text: &str, on_match: &mut dyn FnMut(usize, usize)) {
     let mut at = 0;
     while at < text.len() {
-        let Some(found) = regex.search(&Input::new(text).range(at..)) else { break };
-        let (start, mut end) = (found.start(), found.end());
-        if found.pattern() == PatternID::must(1)
+        let Some(Found { start, mut end, pattern }) = automaton.find_from(text, at) else { break };
+        if pattern == PatternID::must(1)
             && end < text.len()
             && let Some(last) = text[start..end].chars().next_back()
             && end - last.len_utf8() > start
@@ -109,6 +160,20 @@ mod tests {
             "\u{a0}\u{a0}é  \u{2003}x",
         ] {
             assert_eq!(matches(&fast, text), matches(&slow, text), "{text:?}");
+        }
+    }
+
+    #[test]
+    fn patterns_with_gaps_between_matches_match_like_fancy_regex() {
+        // Where nothing matches at the previous match's end, the next match is searched for.
+        for pattern in [r"\p{N}{1,3}", r"[一-龥぀-ゟ゠-ヿ]+", r"-", r"[\r\n]+|\p{P}"] {
+            let fast = SplitRegex::new(pattern).unwrap();
+            assert!(matches!(fast, SplitRegex::Automaton(_)), "{pattern}");
+            let slow = SplitRegex::Backtracking(fancy_regex::Regex::new(pattern).unwrap());
+            for text in ["", "abc", "x1234567y89", "日本語のテキスト, and 12 more-text", "a-b--c-", "\n\nline.\r\n"]
+            {
+                assert_eq!(matches(&fast, text), matches(&slow, text), "{pattern} on {text:?}");
+            }
         }
     }
 
