@@ -13,8 +13,15 @@ use thread_local::ThreadLocal;
 /// Pre-tokens longer than this are encoded without the cache: they are rare, and
 /// keeping them would let a few huge pieces fill it.
 const CACHED_PIECE_MAX: usize = 64;
-/// Entries per thread before the cache starts over; bounds memory per thread.
-const CACHE_ENTRIES_MAX: usize = 1 << 18;
+/// Pre-tokens up to this long, giving up to `INLINE_IDS` ids, are cached by value:
+/// the key is one integer and the ids sit in the table, so a hit compares no
+/// bytes and follows no pointer. Most words of natural text are such pieces.
+const INLINE_PIECE_MAX: usize = 15;
+const INLINE_IDS: usize = 3;
+/// Entries per generation of a thread's cache: once the current generation is
+/// full it becomes the previous one and the one before is dropped, so memory per
+/// thread is bounded (a few MiB) while the words in use stay cached.
+const GENERATION_ENTRIES: usize = 1 << 16;
 
 /// What merging a pair gives: its rank in the merge list and the id of the result.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -34,10 +41,93 @@ pub struct BytePairMerger {
 
 #[derive(Default)]
 struct PieceCache {
-    ids: FxHashMap<Box<[u8]>, Box<[u32]>>,
+    current: Generation,
+    previous: Generation,
     /// Reused merge state, so encoding a piece allocates nothing once warm.
     symbols: Vec<Symbol>,
     queue: BinaryHeap<Reverse<(u32, u32, u32)>>,
+}
+
+#[derive(Default)]
+struct Generation {
+    inline: FxHashMap<u128, InlineIds>,
+    boxed: FxHashMap<Box<[u8]>, Box<[u32]>>,
+}
+
+#[derive(Clone, Copy)]
+struct InlineIds {
+    len: u32,
+    ids: [u32; INLINE_IDS],
+}
+
+impl InlineIds {
+    fn new(ids: &[u32]) -> Option<InlineIds> {
+        let mut inline = InlineIds { len: ids.len() as u32, ids: [0; INLINE_IDS] };
+        inline.ids.get_mut(..ids.len())?.copy_from_slice(ids);
+        Some(inline)
+    }
+
+    fn ids(&self) -> &[u32] {
+        &self.ids[..self.len as usize]
+    }
+}
+
+/// A short piece as one integer: its bytes, and its length in the top byte.
+fn inline_key(piece: &[u8]) -> Option<u128> {
+    if piece.len() > INLINE_PIECE_MAX {
+        return None;
+    }
+    let mut bytes = [0u8; 16];
+    bytes[..piece.len()].copy_from_slice(piece);
+    bytes[15] = piece.len() as u8;
+    Some(u128::from_le_bytes(bytes))
+}
+
+impl Generation {
+    fn get(&self, piece: &[u8], key: Option<u128>) -> Option<&[u32]> {
+        match key {
+            Some(key) => match self.inline.get(&key) {
+                Some(ids) => Some(ids.ids()),
+                None => self.boxed.get(piece).map(|ids| &ids[..]),
+            },
+            None => self.boxed.get(piece).map(|ids| &ids[..]),
+        }
+    }
+
+    fn insert(&mut self, piece: &[u8], key: Option<u128>, ids: &[u32]) {
+        match key.zip(InlineIds::new(ids)) {
+            Some((key, inline)) => drop(self.inline.insert(key, inline)),
+            None => drop(self.boxed.insert(piece.into(), ids.into())),
+        }
+    }
+
+    fn len(&self) -> usize {
+        self.inline.len() + self.boxed.len()
+    }
+}
+
+impl PieceCache {
+    /// Appends the cached ids of `piece` to `out`, if it is cached.
+    fn extend_with(&mut self, piece: &[u8], key: Option<u128>, out: &mut Vec<u32>) -> bool {
+        if let Some(ids) = self.current.get(piece, key) {
+            out.extend_from_slice(ids);
+            return true;
+        }
+        let Some(ids) = self.previous.get(piece, key) else { return false };
+        let start = out.len();
+        out.extend_from_slice(ids);
+        // Still in use: it moves to the current generation.
+        self.insert(piece, key, start, out);
+        true
+    }
+
+    /// Caches the ids `out[start..]` of `piece`.
+    fn insert(&mut self, piece: &[u8], key: Option<u128>, start: usize, out: &[u32]) {
+        if self.current.len() >= GENERATION_ENTRIES {
+            self.previous = std::mem::take(&mut self.current);
+        }
+        self.current.insert(piece, key, &out[start..]);
+    }
 }
 
 /// One token of a word being merged, in a linked list over the word's bytes; a
@@ -71,26 +161,22 @@ impl BytePairMerger {
             }
             _ => {}
         }
-        if let Some(id) = self.whole_tokens.as_ref().and_then(|tokens| tokens.get(piece)) {
-            out.push(*id);
-            return;
-        }
         let mut cache = self.caches.get_or_default().borrow_mut();
         let cache = &mut *cache;
-        if piece.len() > CACHED_PIECE_MAX {
-            self.merge(piece, &mut cache.symbols, &mut cache.queue, out);
-            return;
-        }
-        if let Some(ids) = cache.ids.get(piece) {
-            out.extend_from_slice(ids);
+        let key = (piece.len() <= CACHED_PIECE_MAX).then(|| inline_key(piece));
+        if let Some(key) = key
+            && cache.extend_with(piece, key, out)
+        {
             return;
         }
         let start = out.len();
-        self.merge(piece, &mut cache.symbols, &mut cache.queue, out);
-        if cache.ids.len() >= CACHE_ENTRIES_MAX {
-            cache.ids.clear();
+        match self.whole_tokens.as_ref().and_then(|tokens| tokens.get(piece)) {
+            Some(&id) => out.push(id),
+            None => self.merge(piece, &mut cache.symbols, &mut cache.queue, out),
         }
-        cache.ids.insert(piece.into(), out[start..].into());
+        if let Some(key) = key {
+            cache.insert(piece, key, start, out);
+        }
     }
 
     /// `tokenizers`' `Word::merge_all` without dropout.
@@ -148,5 +234,49 @@ impl BytePairMerger {
         if let Some(merge) = self.merges.get(&(symbol.id, symbols[symbol.next as usize].id)) {
             queue.push(Reverse((merge.rank, at, merge.id)));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn piece(n: usize) -> Vec<u8> {
+        format!("w{n}").into_bytes()
+    }
+
+    #[test]
+    fn cached_ids_come_back_exactly_short_or_long() {
+        let mut cache = PieceCache::default();
+        let long = b"a piece longer than fifteen bytes";
+        for (piece, ids) in [(&b"ab"[..], &[7u32][..]), (b"abcdef", &[1, 2, 3, 4]), (long, &[5, 6])] {
+            cache.insert(piece, inline_key(piece), 0, ids);
+        }
+        for (piece, ids) in [(&b"ab"[..], &[7u32][..]), (b"abcdef", &[1, 2, 3, 4]), (long, &[5, 6])] {
+            let mut out = vec![9];
+            assert!(cache.extend_with(piece, inline_key(piece), &mut out));
+            assert_eq!(out[1..], *ids, "{piece:?}");
+        }
+        // Same bytes, other length: never the same key.
+        assert!(!cache.extend_with(b"ab\0", inline_key(b"ab\0"), &mut Vec::new()));
+    }
+
+    #[test]
+    fn the_cache_stays_bounded_and_keeps_pieces_in_use() {
+        let mut cache = PieceCache::default();
+        let in_use = piece(0);
+        for n in 0..3 * GENERATION_ENTRIES {
+            let mut out = Vec::new();
+            if !cache.extend_with(&in_use, inline_key(&in_use), &mut out) {
+                cache.insert(&in_use, inline_key(&in_use), 0, &[0]);
+            }
+            let other = piece(n + 1);
+            cache.insert(&other, inline_key(&other), 0, &[n as u32]);
+            assert!(cache.current.len() + cache.previous.len() <= 2 * GENERATION_ENTRIES);
+        }
+        let mut out = Vec::new();
+        assert!(cache.extend_with(&in_use, inline_key(&in_use), &mut out), "a piece in use was dropped");
+        let first = piece(1);
+        assert!(!cache.extend_with(&first, inline_key(&first), &mut out), "a piece unused for two generations stayed");
     }
 }
