@@ -1,4 +1,4 @@
-//! Re-hashes an entry's files (memory-mapped, in parallel) and reports every
+//! Re-hashes an entry's files (in parallel) and reports every
 //! file whose size or blake3 differs from the manifest.
 
 use std::path::Path;
