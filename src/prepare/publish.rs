@@ -68,6 +68,12 @@ pub fn assemble(
             shards: shards.iter().map(|record| record.shard).collect(),
             rows: shards.iter().map(|record| record.counts.rows).sum(),
             tokens: shards.iter().map(|record| record.counts.tokens).sum(),
+            token_parts: shards
+                .iter()
+                .flat_map(|record| &record.format_files)
+                .filter(|file| file.path.ends_with(".tokens"))
+                .cloned()
+                .collect(),
         };
         files.extend(
             formats::assemble_split(build, assembly.root(), &split_shards, formats, columns.token_type)

@@ -3,29 +3,26 @@
 //! for `np.memmap`); `flat/<split>.offsets.npy` holds the rows + 1 row boundaries
 //! as uint64 token offsets (for `np.load`); `flat/<split>.json` says which is which.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use serde_json::json;
 
 use crate::cache::layout::flat_file;
 use crate::cache::writer::{WriteError, WrittenFile};
-use crate::spec::TokenType;
 
-use super::SplitShards;
+use super::SplitParts;
 use super::io_error;
-use super::parts::{HashedFile, concatenate, for_each_length};
+use super::parts::{HashedFile, for_each_length};
 
 /// Writes the split's flat files. `shared` is a file with the same token bytes
 /// (the Megatron `.bin`), hard-linked instead of copied again.
 pub fn write_split(
     entry_root: &Path,
-    shards: &SplitShards,
-    tokens: &[PathBuf],
-    lengths: &[PathBuf],
-    token_type: TokenType,
+    parts: &SplitParts,
     shared: Option<&WrittenFile>,
     files: &mut Vec<WrittenFile>,
 ) -> Result<(), WriteError> {
+    let (shards, token_type) = (parts.shards, parts.token_type);
     let split = shards.split;
     let bin_relative = flat_file(split, ".bin");
     let bin_path = entry_root.join(&bin_relative);
@@ -35,7 +32,7 @@ pub fn write_split(
             std::fs::hard_link(entry_root.join(&shared.path), &bin_path).map_err(io_error(&bin_path))?;
             WrittenFile { path: bin_relative, ..shared.clone() }
         }
-        None => concatenate(tokens, &bin_path, bin_relative)?,
+        None => parts.join_tokens(&bin_path, bin_relative)?,
     };
     files.push(bin);
     let offsets_relative = flat_file(split, ".offsets.npy");
@@ -43,7 +40,7 @@ pub fn write_split(
     offsets.write(&npy_header("<u8", shards.rows + 1))?;
     offsets.write(&0u64.to_le_bytes())?;
     let mut offset = 0u64;
-    for_each_length(lengths, |length| {
+    for_each_length(&parts.lengths, |length| {
         offset += length as u64;
         offsets.write(&offset.to_le_bytes())
     })?;

@@ -24,8 +24,8 @@ use crate::cache::layout::megatron_file;
 use crate::cache::writer::{WriteError, WrittenFile};
 use crate::spec::TokenType;
 
-use super::SplitShards;
-use super::parts::{HashedFile, concatenate, for_each_length, token_size};
+use super::SplitParts;
+use super::parts::{HashedFile, for_each_length, token_size};
 
 const HEADER: &[u8; 9] = b"MMIDIDX\x00\x00";
 const VERSION: u64 = 1;
@@ -42,17 +42,15 @@ fn dtype_code(token_type: TokenType) -> u8 {
 /// whose bytes the flat format shares.
 pub fn write_split(
     entry_root: &Path,
-    shards: &SplitShards,
-    tokens: &[PathBuf],
-    lengths: &[PathBuf],
-    token_type: TokenType,
+    parts: &SplitParts,
     files: &mut Vec<WrittenFile>,
 ) -> Result<WrittenFile, WriteError> {
-    let bin_relative = megatron_file(shards.split, "bin");
-    let bin = concatenate(tokens, &entry_root.join(&bin_relative), bin_relative)?;
-    let idx_relative = megatron_file(shards.split, "idx");
+    let split = parts.shards.split;
+    let bin_relative = megatron_file(split, "bin");
+    let bin = parts.join_tokens(&entry_root.join(&bin_relative), bin_relative)?;
+    let idx_relative = megatron_file(split, "idx");
     let mut idx = HashedFile::create(&entry_root.join(&idx_relative))?;
-    write_index(&mut idx, shards.rows, lengths, token_type)?;
+    write_index(&mut idx, parts.shards.rows, &parts.lengths, parts.token_type)?;
     files.push(bin.clone());
     files.push(idx.finish(idx_relative)?);
     Ok(bin)

@@ -17,6 +17,7 @@ use serde::{Deserialize, Deserializer, Serialize};
 
 use crate::cache::layout::BuildLayout;
 use crate::cache::writer::{PartWriter, WriteError, WrittenFile};
+use crate::fsutil;
 use crate::spec::TokenType;
 
 pub use parts::{HashedFile, TokenParts};
@@ -135,6 +136,31 @@ pub struct SplitShards<'a> {
     pub shards: Vec<usize>,
     pub rows: u64,
     pub tokens: u64,
+    /// Each shard's token part as its record gives it (size and blake3), in shard order.
+    pub token_parts: Vec<WrittenFile>,
+}
+
+/// What the formats of one split are made from: the shards' parts, in shard order.
+pub struct SplitParts<'a> {
+    pub shards: &'a SplitShards<'a>,
+    pub tokens: Vec<PathBuf>,
+    pub lengths: Vec<PathBuf>,
+    pub token_type: TokenType,
+}
+
+impl SplitParts<'_> {
+    /// Puts the token parts together as `target`: a single part is hard-linked (its
+    /// size and hash are known from when it was written), several are concatenated.
+    fn join_tokens(&self, target: &Path, relative: String) -> Result<WrittenFile, WriteError> {
+        match (&self.tokens[..], &self.shards.token_parts[..]) {
+            ([part], [known]) => {
+                fsutil::create_dir_all(target.parent().unwrap_or(Path::new("."))).map_err(io_error(target))?;
+                std::fs::hard_link(part, target).map_err(io_error(target))?;
+                Ok(WrittenFile { path: relative, rows: 0, tokens: 0, ..known.clone() })
+            }
+            _ => parts::concatenate(&self.tokens, target, relative),
+        }
+    }
 }
 
 /// Writes the extra formats of one split into the assembly at `entry_root`,
@@ -150,18 +176,15 @@ pub fn assemble_split(
     if !formats.any_extra() {
         return Ok(files);
     }
-    let tokens: Vec<PathBuf> =
-        shards.shards.iter().map(|&shard| build.format_part(shards.split, shard, "tokens")).collect();
-    let lengths: Vec<PathBuf> =
-        shards.shards.iter().map(|&shard| build.format_part(shards.split, shard, "lengths")).collect();
+    let part = |kind| shards.shards.iter().map(|&shard| build.format_part(shards.split, shard, kind)).collect();
+    let parts = SplitParts { shards, tokens: part("tokens"), lengths: part("lengths"), token_type };
     // Both formats hold the same token bytes: the second is a hard link to the first.
     let mut data: Option<WrittenFile> = None;
     if formats.megatron() {
-        let bin = megatron::write_split(entry_root, shards, &tokens, &lengths, token_type, &mut files)?;
-        data = Some(bin);
+        data = Some(megatron::write_split(entry_root, &parts, &mut files)?);
     }
     if formats.flat() {
-        flat::write_split(entry_root, shards, &tokens, &lengths, token_type, data.as_ref(), &mut files)?;
+        flat::write_split(entry_root, &parts, data.as_ref(), &mut files)?;
     }
     Ok(files)
 }
