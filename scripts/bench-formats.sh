@@ -10,7 +10,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
 work=${BENCH_DIR:-$root/target/bench-formats}
-small_mb=${BENCH_SMALL_MB:-40}
+small_mb=${BENCH_SMALL_MB:-160}
 rounds=${BENCH_ROUNDS:-2}
 mkdir -p "$work"
 say() { printf '==> %s\n' "$*" >&2; }
@@ -106,5 +106,7 @@ for mb in sorted({r["mb"] for r in runs}):
 small, big = sorted(rss)
 all_rss = {mb: min(r["run"]["rss"] for r in runs if r["mb"] == mb and r["formats"] == "all") for mb in (small, big)}
 growth = (all_rss[big] - all_rss[small]) / 2**20
-print(f"peak RSS with all formats: {all_rss[small] / 2**20:.0f} MiB at {small} MB, {all_rss[big] / 2**20:.0f} MiB at {big} MB ({growth:+.0f} MiB for a 4x larger shard)")
+growth_share = growth * 2**20 / all_rss[small]
+print(f"peak RSS with all formats: {all_rss[small] / 2**20:.0f} MiB at {small} MB, {all_rss[big] / 2**20:.0f} MiB at {big} MB "
+      f"({growth:+.0f} MiB, {growth_share * 100:+.0f}%, for a 4x larger shard; target: no growth, within 10%) {'OK' if growth_share < 0.10 else 'MISSED'}")
 PY

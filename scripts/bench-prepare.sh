@@ -192,16 +192,23 @@ eos_token = "<|end_of_text|>"
 seq_len = 1024
 TOML
 
-# The first $cores shards as they are, and the same documents as one shard.
+# The whole corpus as one shard, and the same documents, in the same order, cut
+# into as many shards as cores.
 rm -rf "$work/corpus-many" "$work/corpus-one"
 mkdir -p "$work/corpus-many" "$work/corpus-one"
-for shard in $(ls "$corpus"/train-*.jsonl.zst | head -n "$cores"); do ln -s "$shard" "$work/corpus-many/"; done
-"$py" - "$work/corpus-one/train-00.jsonl.zst" "$work"/corpus-many/*.jsonl.zst <<'PY'
+"$py" - "$work" "$cores" "$corpus"/train-*.jsonl.zst <<'PY'
 import sys, zstandard
-with open(sys.argv[1], "wb") as out, zstandard.ZstdCompressor(level=3).stream_writer(out) as z:
-    for shard in sys.argv[2:]:
-        with open(shard, "rb") as f:
-            z.write(zstandard.ZstdDecompressor().stream_reader(f).read())
+work, cores, shards = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
+lines = []
+for shard in shards:
+    with open(shard, "rb") as f:
+        lines += zstandard.ZstdDecompressor().stream_reader(f).read().splitlines(keepends=True)
+def write(path, part):
+    with open(path, "wb") as out, zstandard.ZstdCompressor(level=3).stream_writer(out) as z:
+        z.write(b"".join(part))
+write(f"{work}/corpus-one/train-00.jsonl.zst", lines)
+for k in range(cores):
+    write(f"{work}/corpus-many/train-{k:02d}.jsonl.zst", lines[k * len(lines) // cores:(k + 1) * len(lines) // cores])
 PY
 for layout in one many; do
   sed -e "s|corpus/train-\*|corpus-$layout/train-*|" -e "s|^name = .*|name = \"bench-shards-$layout\"|" "$work/pile.toml" > "$work/shards-$layout.toml"
@@ -239,9 +246,12 @@ for tokenizer in gpt2 llama3; do
     "$py" scripts/bench_datatrove.py "$json" "$eos" "$cores" "$peers/datatrove" "$corpus" > "$peers/datatrove-$tokenizer.json" 2> "$peers/datatrove-$tokenizer.log"
   fi
 done
-for layout in one many; do
-  say "ferry prepare, GPT-2, the first $cores shards as $layout"
-  ferry_run "$work/shards-$layout.toml" > "$peers/shards-$layout.json"
+# Alternating, best of $rounds each: both layouts see the same machine.
+for round in $(seq 1 "$rounds"); do
+  for layout in one many; do
+    say "round $round/$rounds: ferry prepare, GPT-2, the whole corpus as $layout shard(s)"
+    ferry_run "$work/shards-$layout.toml" >> "$peers/shards-$layout.jsonl"
+  done
 done
 
 # ---- Encoder cores on one thread (benches/encoders.rs --cores) ----------------
@@ -278,10 +288,16 @@ for tokenizer in ("gpt2", "llama3"):
     why = f" ({ferry['fast_unavailable']})" if ferry and ferry.get("fast_unavailable") else ""
     print(f"{tokenizer:10s} {mtps(ferry):>10s} {mtps(hf):>10s} {mtps(dt):>10s}  {ratio_hf or 0:6.2f}x   {ratio_dt}          "
           f"{ferry['encoder'] if ferry else '-'}{why}  (target ferry/HF >= {targets[tokenizer]}x {verdict})")
-one, many = load("shards-one"), load("shards-many")
+def best(name):
+    try:
+        runs = [json.loads(l) for l in open(os.path.join(peers, name + ".jsonl")) if l.strip()]
+    except (OSError, ValueError):
+        return None
+    return max(runs, key=lambda r: r["tokens_per_second"], default=None)
+one, many = best("shards-one"), best("shards-many")
 if one and many:
     ratio = one["tokens_per_second"] / many["tokens_per_second"]
-    print(f"ferry GPT-2, 1 shard {mtps(one)} vs {cores} shards {mtps(many)} of the same documents: "
+    print(f"ferry GPT-2, whole corpus as 1 shard {mtps(one)} vs as {cores} shards {mtps(many)} (best of each): "
           f"{ratio:.2f} (target >= 0.80) {'OK' if ratio >= 0.8 else 'MISSED'}")
 print("encoder cores, one thread, from memory (fast core vs tiktoken-rs, same ids):")
 try:
