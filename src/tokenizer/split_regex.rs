@@ -52,10 +52,19 @@ impl Automaton {
         })
     }
 
-    /// The leftmost-first match starting at `at` or after it.
-    fn find_from(&self, text: &str, at: usize) -> Option<Found> {
-        let input = Input::new(text).range(at..).anchored(Anchored::Yes);
+    /// Calls `on_match` with every match, left to right; it returns where the
+    /// next match may start (after the start, since the patterns never match empty).
+    fn for_each(&self, text: &str, on_match: &mut dyn FnMut(Found) -> usize) {
         let cache = &mut *self.caches.get_or(|| RefCell::new(self.anchored.create_cache())).borrow_mut();
+        let mut at = 0;
+        while let Some(found) = self.find_from(cache, text, at) {
+            at = on_match(found);
+        }
+    }
+
+    /// The leftmost-first match starting at `at` or after it.
+    fn find_from(&self, cache: &mut Cache, text: &str, at: usize) -> Option<Found> {
+        let input = Input::new(text).range(at..).anchored(Anchored::Yes);
         match self.anchored.try_search_fwd(cache, &input) {
             Ok(Some(found)) => return Some(Found { start: at, end: found.offset(), pattern: found.pattern() }),
             Ok(None) => {}
@@ -95,14 +104,10 @@ impl SplitRegex {
                     on_match(found.start(), found.end());
                 }
             }
-            // Never empty, so each search starts where the previous match ended.
-            SplitRegex::Automaton(automaton) => {
-                let mut at = 0;
-                while let Some(found) = automaton.find_from(text, at) {
-                    on_match(found.start, found.end);
-                    at = found.end;
-                }
-            }
+            SplitRegex::Automaton(automaton) => automaton.for_each(text, &mut |found| {
+                on_match(found.start, found.end);
+                found.end
+            }),
             SplitRegex::WhitespaceRun(automaton) => whitespace_run_matches(automaton, text, on_match),
         }
     }
@@ -111,9 +116,8 @@ impl SplitRegex {
 /// `\s+(?!\S)` before `\s+` takes a whitespace run up to the end of the text, or
 /// all of it but its last character when something follows (if that leaves any).
 fn whitespace_run_matches(automaton: &Automaton, text: &str, on_match: &mut dyn FnMut(usize, usize)) {
-    let mut at = 0;
-    while at < text.len() {
-        let Some(Found { start, mut end, pattern }) = automaton.find_from(text, at) else { break };
+    automaton.for_each(text, &mut |Found { start, end, pattern }| {
+        let mut end = end;
         if pattern == PatternID::must(1)
             && end < text.len()
             && let Some(last) = text[start..end].chars().next_back()
@@ -122,8 +126,8 @@ fn whitespace_run_matches(automaton: &Automaton, text: &str, on_match: &mut dyn 
             end -= last.len_utf8();
         }
         on_match(start, end);
-        at = end;
-    }
+        end
+    });
 }
 
 /// Whether no text makes `pattern` match empty: empty matches are where engines'
