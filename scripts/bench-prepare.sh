@@ -311,6 +311,9 @@ for r in lines:
     print(f"  {r['vocabulary']}: fast {r['fast_tokens_per_second'] / 1e6:.2f} M, tiktoken-rs "
           f"{r['tiktoken_rs_tokens_per_second'] / 1e6:.2f} M: {ratio:.2f}x (target >= 3x) {'OK' if ratio >= 3 else 'MISSED'}; "
           f"documents differing from tokenizers: {r['documents_differing_from_tokenizers']}/{r['tokenizers_sample']}")
+    if "tiktoken_crate_tokens_per_second" in r:
+        print(f"    for reference, the tiktoken crate (built-in vocabularies only): {r['tiktoken_crate_tokens_per_second'] / 1e6:.2f} M, "
+              f"fast core / tiktoken crate {r['fast_vs_tiktoken_crate']:.2f}x; documents differing: {r['documents_differing_from_tiktoken_crate']}")
 PY
 
 # ---- Extra output formats (scripts/bench-formats.sh) -------------------------
