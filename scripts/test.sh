@@ -15,8 +15,24 @@ cd "$(dirname "$0")/.."
 root=$(pwd)
 export CARGO_TERM_COLOR=${CARGO_TERM_COLOR:-never}
 
-say() { printf '==> %s\n' "$*"; }
+say() { printf '==> [%s] %s\n' "$(date +%T)" "$*"; }
 skip() { printf 'SKIPPED: %s\n' "$*"; }
+
+# --- Builds, started first --------------------------------------------------------
+# The tests and the wheel (tests/wheel.rs) compile in the background from the
+# start, while the Python environments and Slurm are installed, which mostly wait
+# on the network. The wheel uses a cheap profile (a release build would add
+# minutes on two cores) and its own target directory.
+mkdir -p "$root/target"
+wheel_log="$root/target/wheel-test-build.log"
+say "building the wheel in the background (scripts/build-wheel.sh --profile wheel-test; log in $wheel_log)"
+CARGO_TARGET_DIR="$root/target/wheel-build" \
+  scripts/build-wheel.sh --profile wheel-test --out "$root/target/wheels-test" >"$wheel_log" 2>&1 &
+wheel_pid=$!
+tests_log="$root/target/test-build.log"
+say "building the tests in the background (log in $tests_log)"
+cargo test --no-run --quiet >"$tests_log" 2>&1 &
+tests_pid=$!
 
 # --- Python environment -------------------------------------------------------
 venv=${FERRY_TEST_VENV:-$root/target/test-venv}
@@ -81,16 +97,6 @@ if [ "${FERRY_TEST_MEGATRON:-1}" != 0 ] && [ -x "$megatron_venv/bin/python" ]; t
   export FERRY_REQUIRE_MEGATRON=1
 fi
 
-# --- The wheel (tests/wheel.rs), built in the background -------------------------
-# A cheap profile: a release build would add minutes on two cores. It builds in
-# its own target directory while Slurm starts and clippy runs; the tests wait for it.
-wheel_log="$root/target/wheel-test-build.log"
-say "building the wheel in the background (scripts/build-wheel.sh --profile wheel-test; log in $wheel_log)"
-mkdir -p "$root/target"
-CARGO_TARGET_DIR="$root/target/wheel-build" \
-  scripts/build-wheel.sh --profile wheel-test --out "$root/target/wheels-test" >"$wheel_log" 2>&1 &
-wheel_pid=$!
-
 # --- System packages and a one-node Slurm cluster (root only) -------------------
 if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
   missing=()
@@ -131,10 +137,14 @@ fi
 # --- Rust checks and tests ----------------------------------------------------
 say "cargo fmt --check"
 cargo fmt --all -- --check
+say "waiting for the test build"
+if ! wait "$tests_pid"; then
+  cat "$tests_log"
+  echo "building the tests failed" >&2
+  exit 1
+fi
 say "cargo clippy"
 cargo clippy --all-targets --quiet -- -D warnings
-say "building the tests"
-cargo test --no-run --quiet
 wheel_status=0
 wait "$wheel_pid" || wheel_status=$?
 case $wheel_status in
