@@ -256,15 +256,19 @@ done
 
 # ---- Encoder cores on one thread (benches/encoders.rs --cores) ----------------
 # The fast core against tiktoken-rs on one thread, from memory, on the text of the
-# first shard, for GPT-2 and the Llama-3-structured cl100k vocabulary.
-"$py" - "$corpus/train-00.jsonl.zst" "$peers/shard-00.txt" <<'PY'
+# first four shards (passes of a second or more, so a moment's noise on this
+# machine does not decide the ratio), for GPT-2 and the Llama-3-structured cl100k
+# vocabulary.
+"$py" - "$peers/shards-text.txt" $(ls "$corpus"/train-*.jsonl.zst | head -n 4) <<'PY'
 import io, json, sys, zstandard
-with open(sys.argv[1], "rb") as f, open(sys.argv[2], "w") as out:
-    for line in io.TextIOWrapper(zstandard.ZstdDecompressor().stream_reader(f), encoding="utf-8"):
-        out.write(json.loads(line)["text"] + "\n")
+with open(sys.argv[1], "w") as out:
+    for shard in sys.argv[2:]:
+        with open(shard, "rb") as f:
+            for line in io.TextIOWrapper(zstandard.ZstdDecompressor().stream_reader(f), encoding="utf-8"):
+                out.write(json.loads(line)["text"] + "\n")
 PY
 say "encoder cores, one thread"
-"$bench_bin" --cores "$peers/shard-00.txt" > "$peers/encoders.jsonl" 2> "$peers/encoders.log" ||
+"$bench_bin" --cores "$peers/shards-text.txt" > "$peers/encoders.jsonl" 2> "$peers/encoders.log" ||
   say "the encoders bench failed; see $peers/encoders.log"
 
 "$py" - "$peers" "$cores" <<'PY'
