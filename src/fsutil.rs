@@ -117,21 +117,15 @@ pub fn touch(path: &Path) -> io::Result<()> {
 pub fn blake3_of_file(path: &Path) -> io::Result<blake3::Hash> {
     use std::io::Read;
     const BLOCK: usize = 8 << 20;
-    let mut file = fs::File::open(path)?;
+    // std, not fs_err: callers name the path in their own errors.
+    let mut file = std::fs::File::open(path)?;
     let mut hasher = blake3::Hasher::new();
-    let mut block = vec![0u8; BLOCK];
+    let mut block = Vec::with_capacity(BLOCK);
     loop {
-        let mut filled = 0;
-        while filled < BLOCK {
-            match file.read(&mut block[filled..]) {
-                Ok(0) => break,
-                Ok(read) => filled += read,
-                Err(err) if err.kind() == io::ErrorKind::Interrupted => {}
-                Err(err) => return Err(err),
-            }
-        }
-        hasher.update_rayon(&block[..filled]);
-        if filled < BLOCK {
+        block.clear();
+        (&mut file).take(BLOCK as u64).read_to_end(&mut block)?;
+        hasher.update_rayon(&block);
+        if block.len() < BLOCK {
             return Ok(hasher.finalize());
         }
     }

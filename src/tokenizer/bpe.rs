@@ -85,13 +85,8 @@ fn inline_key(piece: &[u8]) -> Option<u128> {
 
 impl Generation {
     fn get(&self, piece: &[u8], key: Option<u128>) -> Option<&[u32]> {
-        match key {
-            Some(key) => match self.inline.get(&key) {
-                Some(ids) => Some(ids.ids()),
-                None => self.boxed.get(piece).map(|ids| &ids[..]),
-            },
-            None => self.boxed.get(piece).map(|ids| &ids[..]),
-        }
+        let inline = key.and_then(|key| self.inline.get(&key)).map(InlineIds::ids);
+        inline.or_else(|| self.boxed.get(piece).map(|ids| &ids[..]))
     }
 
     fn insert(&mut self, piece: &[u8], key: Option<u128>, ids: &[u32]) {

@@ -65,11 +65,9 @@ impl Automaton {
     /// The leftmost-first match starting at `at` or after it.
     fn find_from(&self, cache: &mut Cache, text: &str, at: usize) -> Option<Found> {
         let input = Input::new(text).range(at..).anchored(Anchored::Yes);
-        match self.anchored.try_search_fwd(cache, &input) {
-            Ok(Some(found)) => return Some(Found { start: at, end: found.offset(), pattern: found.pattern() }),
-            Ok(None) => {}
-            // The lazy DFA gave up on this text (it does not, as configured): the meta regex decides.
-            Err(_) => {}
+        // An error (the lazy DFA giving up, which it does not as configured) leaves it to the meta regex.
+        if let Ok(Some(found)) = self.anchored.try_search_fwd(cache, &input) {
+            return Some(Found { start: at, end: found.offset(), pattern: found.pattern() });
         }
         let found = self.unanchored.search(&Input::new(text).range(at..))?;
         Some(Found { start: found.start(), end: found.end(), pattern: found.pattern() })
