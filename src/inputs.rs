@@ -113,14 +113,12 @@ fn memo_key(file: &InputFile) -> String {
 
 fn hash_file(file: &InputFile) -> Result<blake3::Hash, InputError> {
     let unreadable = |source| InputError::Unreadable { path: file.path.clone(), source };
-    let mut hasher = blake3::Hasher::new();
-    let reader = std::fs::File::open(&file.path).map_err(unreadable)?;
-    hasher.update_reader(reader).map_err(unreadable)?;
+    let hash = crate::fsutil::blake3_of_file(&file.path).map_err(unreadable)?;
     // Hashing a file that is being rewritten would memoize a hash of bytes that never existed.
     if stat(&file.path)? != *file {
         return Err(InputError::Changed { path: file.path.clone() });
     }
-    Ok(hasher.finalize())
+    Ok(hash)
 }
 
 #[cfg(test)]
