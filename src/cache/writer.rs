@@ -161,7 +161,7 @@ impl<F: Fn(usize) -> PathBuf> PartWriter<F> {
         part.rows += rows as u64;
         part.tokens += tokens;
         let buffered = part.writer.get_ref();
-        if buffered.get_ref().bytes + buffered.buffer().len() as u64 >= self.target_bytes {
+        if buffered.get_ref().bytes() + buffered.buffer().len() as u64 >= self.target_bytes {
             self.close_part()?;
         }
         Ok(())
@@ -173,7 +173,7 @@ impl<F: Fn(usize) -> PathBuf> PartWriter<F> {
         let io_error = |source| WriteError::Io { path: path.clone(), source };
         let buffered = part.writer.into_inner().map_err(|source| WriteError::Arrow { path: path.clone(), source })?;
         let hashing = buffered.into_inner().map_err(|err| io_error(err.into_error()))?;
-        let (temp, hash, size) = (hashing.inner, hashing.hasher.finalize(), hashing.bytes);
+        let (temp, hash, size) = hashing.into_parts();
         temp.as_file().sync_all().map_err(io_error)?;
         temp.persist(&path).map_err(|err| io_error(err.error))?;
         let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
@@ -199,8 +199,7 @@ fn open_part(path: &Path, schema: &Schema) -> Result<OpenPart, WriteError> {
     let io_error = |source| WriteError::Io { path: path.to_path_buf(), source };
     let dir = path.parent().unwrap_or(Path::new("."));
     let temp = fsutil::temp_file_in(dir).map_err(io_error)?;
-    let hashing = HashingWriter { inner: temp, hasher: blake3::Hasher::new(), bytes: 0 };
-    let writer = StreamWriter::try_new(BufWriter::with_capacity(1 << 20, hashing), schema)
+    let writer = StreamWriter::try_new(BufWriter::with_capacity(1 << 20, HashingWriter::new(temp)), schema)
         .map_err(|source| WriteError::Arrow { path: path.to_path_buf(), source })?;
     Ok(OpenPart { path: path.to_path_buf(), writer, rows: 0, tokens: 0 })
 }
@@ -258,11 +257,28 @@ pub fn write_split_metadata(
     fsutil::write_json_atomic(&split_dir.join("state.json"), &state)
 }
 
-/// Passes writes through while hashing and counting them.
-struct HashingWriter<W> {
+/// Passes writes through while hashing and counting them. Put it under a
+/// `BufWriter`, so blake3 sees whole buffers (its SIMD needs long inputs).
+pub struct HashingWriter<W> {
     inner: W,
     hasher: blake3::Hasher,
     bytes: u64,
+}
+
+impl<W> HashingWriter<W> {
+    pub fn new(inner: W) -> Self {
+        HashingWriter { inner, hasher: blake3::Hasher::new(), bytes: 0 }
+    }
+
+    /// Bytes written so far.
+    pub fn bytes(&self) -> u64 {
+        self.bytes
+    }
+
+    /// The inner writer, the hash of everything written and its length.
+    pub fn into_parts(self) -> (W, blake3::Hash, u64) {
+        (self.inner, self.hasher.finalize(), self.bytes)
+    }
 }
 
 impl<W: Write> Write for HashingWriter<W> {

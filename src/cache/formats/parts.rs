@@ -6,7 +6,7 @@ use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 
 use crate::cache::layout::BuildLayout;
-use crate::cache::writer::{WriteError, WrittenFile};
+use crate::cache::writer::{HashingWriter, WriteError, WrittenFile};
 use crate::fsutil;
 use crate::spec::TokenType;
 
@@ -16,9 +16,8 @@ use super::io_error;
 /// into place by [`HashedFile::finish`]; dropped unfinished, it leaves nothing.
 pub struct HashedFile {
     path: PathBuf,
-    writer: BufWriter<tempfile::NamedTempFile>,
-    hasher: blake3::Hasher,
-    bytes: u64,
+    /// Hashing below the buffer: blake3 gets 1 MiB at a time, not each small write.
+    writer: BufWriter<HashingWriter<tempfile::NamedTempFile>>,
 }
 
 impl HashedFile {
@@ -26,33 +25,21 @@ impl HashedFile {
         let dir = path.parent().unwrap_or(Path::new("."));
         fsutil::create_dir_all(dir).map_err(io_error(path))?;
         let temp = fsutil::temp_file_in(dir).map_err(io_error(path))?;
-        Ok(HashedFile {
-            path: path.to_path_buf(),
-            writer: BufWriter::with_capacity(1 << 20, temp),
-            hasher: blake3::Hasher::new(),
-            bytes: 0,
-        })
+        Ok(HashedFile { path: path.to_path_buf(), writer: BufWriter::with_capacity(1 << 20, HashingWriter::new(temp)) })
     }
 
     pub fn write(&mut self, bytes: &[u8]) -> Result<(), WriteError> {
-        self.hasher.update(bytes);
-        self.bytes += bytes.len() as u64;
         self.writer.write_all(bytes).map_err(io_error(&self.path))
     }
 
     /// Syncs and renames the file into place; `relative` is the path the record carries.
     pub fn finish(self, relative: String) -> Result<WrittenFile, WriteError> {
         let error = io_error(&self.path);
-        let temp = self.writer.into_inner().map_err(|err| error(err.into_error()))?;
+        let hashing = self.writer.into_inner().map_err(|err| error(err.into_error()))?;
+        let (temp, hash, size) = hashing.into_parts();
         temp.as_file().sync_all().map_err(&error)?;
         temp.persist(&self.path).map_err(|err| error(err.error))?;
-        Ok(WrittenFile {
-            path: relative,
-            size: self.bytes,
-            blake3: self.hasher.finalize().to_hex().to_string(),
-            rows: 0,
-            tokens: 0,
-        })
+        Ok(WrittenFile { path: relative, size, blake3: hash.to_hex().to_string(), rows: 0, tokens: 0 })
     }
 }
 
@@ -104,11 +91,19 @@ impl TokenParts {
 }
 
 /// Appends `row` to `out` in the dtype's little-endian bytes. Ids were checked
-/// against the dtype's range when the tokenizer was loaded.
+/// against the dtype's range when the tokenizer was loaded. Sizing `out` first
+/// and filling fixed-size chunks lets the loop compile to vector code.
 pub fn encode_tokens(row: &[u32], token_type: TokenType, out: &mut Vec<u8>) {
+    let start = out.len();
+    out.resize(start + row.len() * token_size(token_type) as usize, 0);
+    let bytes = &mut out[start..];
     match token_type {
-        TokenType::Uint16 => row.iter().for_each(|&id| out.extend_from_slice(&(id as u16).to_le_bytes())),
-        TokenType::Int32 | TokenType::Uint32 => row.iter().for_each(|&id| out.extend_from_slice(&id.to_le_bytes())),
+        TokenType::Uint16 => {
+            bytes.chunks_exact_mut(2).zip(row).for_each(|(b, &id)| b.copy_from_slice(&(id as u16).to_le_bytes()))
+        }
+        TokenType::Int32 | TokenType::Uint32 => {
+            bytes.chunks_exact_mut(4).zip(row).for_each(|(b, &id)| b.copy_from_slice(&id.to_le_bytes()))
+        }
     }
 }
 
@@ -172,4 +167,47 @@ fn read_full(input: &mut impl std::io::Read, buffer: &mut [u8]) -> std::io::Resu
         }
     }
     Ok(filled)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tokens_are_little_endian_in_the_dtype_width() {
+        let mut out = vec![9];
+        encode_tokens(&[1, 0x1234, 0xffff], TokenType::Uint16, &mut out);
+        assert_eq!(out, [9, 1, 0, 0x34, 0x12, 0xff, 0xff]);
+        out.clear();
+        encode_tokens(&[0x0102_0304, 7], TokenType::Int32, &mut out);
+        assert_eq!(out, [4, 3, 2, 1, 7, 0, 0, 0]);
+    }
+
+    #[test]
+    fn a_hashed_file_records_the_hash_and_size_of_what_it_wrote() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("part.tokens");
+        let mut file = HashedFile::create(&path).unwrap();
+        // Small writes that cross the 1 MiB buffer many times, as rows do.
+        let mut expected = Vec::new();
+        for row in 0..3000u32 {
+            let bytes: Vec<u8> = (0..(row % 2000)).map(|i| (i ^ row) as u8).collect();
+            file.write(&bytes).unwrap();
+            expected.extend_from_slice(&bytes);
+        }
+        let written = file.finish("part.tokens".into()).unwrap();
+        assert!(expected.len() > 2 << 20);
+        assert_eq!(std::fs::read(&path).unwrap(), expected);
+        assert_eq!(written.size, expected.len() as u64);
+        assert_eq!(written.blake3, blake3::hash(&expected).to_hex().to_string());
+    }
+
+    #[test]
+    fn a_hashed_file_dropped_unfinished_leaves_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut file = HashedFile::create(&dir.path().join("part.tokens")).unwrap();
+        file.write(&[1; 4096]).unwrap();
+        drop(file);
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+    }
 }
