@@ -136,13 +136,45 @@ fn stage_copies_the_formats_and_verify_catches_a_flipped_byte_in_a_megatron_file
     let entry = PathBuf::from(prepared(&env, "staged", "seq_len = 64\n", ALL_FORMATS));
     let spec = env.path("staged.toml");
     let dest = env.path("node/ferry");
-    env.run_ok(&["stage", spec.to_str().unwrap(), "--dest", dest.to_str().unwrap(), "--verify"]);
+    let stage = ["stage", spec.to_str().unwrap(), "--dest", dest.to_str().unwrap(), "--verify", "--json"];
+    let report = env.json(&stage);
     let local = dest.join("entries").join(entry.file_name().unwrap());
     for file in ["megatron/validation_text_document.bin", "flat/train.bin", "flat/validation.json"] {
         let meta = local.join(file).symlink_metadata().unwrap();
         assert!(meta.file_type().is_file(), "{file} is a local copy");
         assert_eq!(std::fs::read(local.join(file)).unwrap(), std::fs::read(entry.join(file)).unwrap());
     }
+    // Files with the same bytes are copied once and the others linked: each split's
+    // Megatron and flat .bin (one token array), and any identical small files.
+    let mut distinct = std::collections::HashSet::new();
+    let files = manifest(&entry)["files"].as_array().unwrap().clone();
+    let nonempty: Vec<_> = files.iter().filter(|f| f["size"].as_u64() > Some(0)).collect();
+    nonempty.iter().for_each(|f| _ = distinct.insert((f["blake3"].to_string(), f["size"].as_u64())));
+    let twins = (nonempty.len() - distinct.len()) as u64;
+    assert!(twins >= 2, "{files:?}");
+    assert_eq!(report["files_linked"].as_u64(), Some(twins), "{report}");
+    assert_eq!(report["phase"], "done", "{report}");
+    for split in ["train", "validation"] {
+        let megatron = local.join(format!("megatron/{split}_text_document.bin")).metadata().unwrap();
+        let flat = local.join(format!("flat/{split}.bin")).metadata().unwrap();
+        use std::os::unix::fs::MetadataExt;
+        assert_eq!((megatron.dev(), megatron.ino()), (flat.dev(), flat.ino()), "{split}: one local inode");
+    }
+    // A re-run finds both in place: nothing copied or linked again.
+    let again = env.json(&stage);
+    assert_eq!((again["files_copied"].as_u64(), again["files_linked"].as_u64()), (Some(0), Some(0)), "{again}");
+    // With one of the two removed, the other is its original: linked back, not copied.
+    std::fs::remove_file(local.join("flat/train.bin")).unwrap();
+    let relinked = env.json(&stage);
+    assert_eq!(
+        (relinked["files_copied"].as_u64(), relinked["files_linked"].as_u64()),
+        (Some(0), Some(1)),
+        "{relinked}"
+    );
+    assert_eq!(
+        std::fs::read(local.join("flat/train.bin")).unwrap(),
+        std::fs::read(entry.join("flat/train.bin")).unwrap()
+    );
     let short = entry.file_name().unwrap().to_str().unwrap().to_string();
     env.run_ok(&["verify", &short]);
     let damaged = entry.join("megatron/train_text_document.bin");

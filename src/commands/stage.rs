@@ -200,8 +200,12 @@ fn print_report(report: &StageReport) -> std::io::Result<()> {
     let copied = bytesize::ByteSize(s.bytes_copied);
     out!("staged {} ({}) into {}", s.name, s.id, report.dest_root.display())?;
     out!(
-        "{} files copied, {} already there; {} in {:.2} s ({}/s){}",
+        "{} files copied, {}{} already there; {} in {:.2} s ({}/s){}",
         report.files_copied,
+        match report.files_linked {
+            0 => String::new(),
+            linked => format!("{linked} hard-linked to an identical copy, "),
+        },
         report.files_skipped,
         copied,
         report.seconds,

@@ -93,6 +93,17 @@ impl Landing {
     }
 }
 
+/// Makes `dest` a hard link to `existing`, a file already landed, through a
+/// temporary name, so a reader sees the symlink standing there or the whole file.
+/// Errors name no path: the caller knows both.
+pub fn land_hard_link(existing: &Path, dest: &Path) -> io::Result<()> {
+    let temp = temp_name(dest);
+    std::fs::hard_link(existing, &temp)?;
+    std::fs::rename(&temp, dest).inspect_err(|_| {
+        let _ = std::fs::remove_file(&temp);
+    })
+}
+
 fn link_unnamed(file: &File, path: &Path) -> Result<(), Errno> {
     if LINK_BY_DESCRIPTOR.load(Ordering::Relaxed) {
         match rustix::fs::linkat(file, "", CWD, path, AtFlags::EMPTY_PATH) {
@@ -178,6 +189,23 @@ mod tests {
         let dest = dir.path().join("linked");
         link_through_proc(&file, &dest).unwrap();
         assert_eq!(std::fs::read(&dest).unwrap(), b"bytes");
+    }
+
+    #[test]
+    fn a_hard_link_replaces_a_symlink_and_shares_the_landed_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let shared = dir.path().join("shared");
+        std::fs::write(&shared, b"shared copy").unwrap();
+        let landed = dir.path().join("a.bin");
+        std::fs::write(&landed, b"local copy").unwrap();
+        let dest = dir.path().join("b.bin");
+        std::os::unix::fs::symlink(&shared, &dest).unwrap();
+        land_hard_link(&landed, &dest).unwrap();
+        let meta = dest.symlink_metadata().unwrap();
+        assert!(meta.file_type().is_file());
+        assert_eq!(std::os::unix::fs::MetadataExt::nlink(&meta), 2);
+        assert_eq!(std::fs::read(&dest).unwrap(), b"local copy");
+        assert_eq!(names(dir.path()), ["a.bin", "b.bin", "shared"], "no temporary name is left");
     }
 
     #[test]

@@ -13,6 +13,7 @@ pub mod landing;
 pub mod mirror;
 mod plan;
 mod report;
+mod twins;
 
 pub use crate::cache::staging as state;
 pub use guard::lock_destination;
@@ -79,6 +80,8 @@ pub struct StageReport {
     #[serde(flatten)]
     pub state: StageState,
     pub files_copied: u64,
+    /// Files with the bytes of another file of the entry, hard-linked to its copy.
+    pub files_linked: u64,
     pub files_skipped: u64,
     pub seconds: f64,
     pub dest_root: PathBuf,
@@ -135,7 +138,7 @@ pub fn stage(plan: &StagePlan, options: &StageOptions) -> Result<StageReport, St
     let dest = &options.dest;
     // Before creating anything: a full disk must leave nothing behind.
     // By sizes only: hashing here would hash every staged file again under the lock.
-    check_free(dest, pending_files(plan, false).iter().map(|f| f.size).sum())?;
+    check_free(dest, twins::split(plan, pending_files(plan, false)).0.iter().map(|f| f.size).sum())?;
     // The lease comes first: a stager waiting for another one still needs the entry.
     let _lease = match &plan.kind {
         PlanKind::Entry { cache } => match Lease::acquire(cache, &plan.id, "stage") {
@@ -190,45 +193,51 @@ fn stage_locked(
     if !previous_done {
         crate::cache::destination::remove_stale_temps(&plan.dest_root);
     }
-    let pending = pending_files(plan, options.verify);
+    let (pending, twins) = twins::split(plan, pending_files(plan, options.verify));
     tracing::debug!(seconds = started.elapsed().as_secs_f64(), pending = pending.len(), "pending files found");
     build_mirror(plan, dest, &[])?;
     tracing::debug!(seconds = started.elapsed().as_secs_f64(), "mirror built");
     // Space again, now that the lock is ours and another stager may have finished.
     check_free(dest, pending.iter().map(|f| f.size).sum())?;
     // Each copy's size is checked as it lands, against the manifest (or the stat above).
-    let copies: Vec<CopyJob> = pending
-        .iter()
-        .map(|file| CopyJob {
-            source: plan.source_root.join(&file.relative),
-            dest: plan.dest_root.join(&file.relative),
-            size: file.size,
-            blake3: file.blake3.clone(),
-        })
-        .collect();
+    let copy_job = |file: &PlannedFile| CopyJob {
+        source: plan.source_root.join(&file.relative),
+        dest: plan.dest_root.join(&file.relative),
+        size: file.size,
+        blake3: file.blake3.clone(),
+    };
+    let mut copies: Vec<CopyJob> = pending.iter().map(|file| copy_job(file)).collect();
+    let twin_bytes: u64 = twins.iter().map(|t| t.file.size).sum();
     let already_bytes: u64 =
-        plan.files.iter().map(|f| f.size).sum::<u64>() - copies.iter().map(|j| j.size).sum::<u64>();
-    let already_files = (plan.files.len() - copies.len()) as u64;
+        plan.files.iter().map(|f| f.size).sum::<u64>() - copies.iter().map(|j| j.size).sum::<u64>() - twin_bytes;
+    let already_files = (plan.files.len() - copies.len() - twins.len()) as u64;
 
     current.phase = Phase::Copying;
     let counters = Arc::new(CopyCounters::default());
-    let failures = {
+    let (failures, linked) = {
         let _ticker = state_ticker(dest.clone(), current.clone(), counters.clone(), already_files, already_bytes);
         let _reporter = start_reporter(
             options.progress,
             counters.clone(),
             current.files_total,
             current.bytes_total,
-            already_files,
-            already_bytes,
+            // Linking takes no time worth showing: twins count as done from the start.
+            already_files + twins.len() as u64,
+            already_bytes + twin_bytes,
         );
-        copy::copy_all(&copies, options.jobs, options.verify, &counters)
+        let mut failures = copy::copy_all(&copies, options.jobs, options.verify, &counters);
+        let (linked, refused) = twins::link(plan, &twins);
+        let refused: Vec<CopyJob> = refused.into_iter().map(copy_job).collect();
+        failures.extend(copy::copy_all(&refused, options.jobs, options.verify, &counters));
+        copies.extend(refused);
+        (failures, linked)
     };
     tracing::debug!(seconds = started.elapsed().as_secs_f64(), "copies landed");
     let copied_bytes = counters.bytes_done.load(Ordering::Relaxed);
     let copied_files = counters.files_done.load(Ordering::Relaxed);
-    current.files_done = already_files + copied_files;
-    current.bytes_done = already_bytes + copied_bytes;
+    let linked_files = linked.len() as u64;
+    current.files_done = already_files + copied_files + linked_files;
+    current.bytes_done = already_bytes + copied_bytes + linked.iter().sum::<u64>();
     current.bytes_copied = copied_bytes;
     let seconds = started.elapsed().as_secs_f64();
     current.bytes_per_second = copied_bytes as f64 / seconds.max(1e-6);
@@ -237,11 +246,12 @@ fn stage_locked(
         // Files whose copy failed point at the shared copy, so the mirror is whole.
         let failed: Vec<&str> = copies
             .iter()
-            .filter(|j| !is_regular(&j.dest))
             .filter_map(|j| j.dest.strip_prefix(&plan.dest_root).ok()?.to_str())
+            .chain(twins.iter().map(|t| t.file.relative.as_str()))
+            .filter(|relative| !is_regular(&plan.dest_root.join(relative)))
             .collect();
         let _ = mirror::link_files(&plan.source_root, &plan.dest_root, &failed);
-        let count = copies.len() - copied_files as usize;
+        let count = failed.len();
         return Err(StageError::Copy { dest: dest.clone(), count, first });
     }
     current.phase = Phase::Done;
@@ -249,6 +259,7 @@ fn stage_locked(
     Ok(StageReport {
         state: current.clone(),
         files_copied: copied_files,
+        files_linked: linked_files,
         files_skipped: already_files,
         seconds,
         dest_root: plan.dest_root.clone(),
