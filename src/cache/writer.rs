@@ -2,7 +2,7 @@
 //! *stream* files with the `huggingface` schema metadata, and the split's
 //! `dataset_info.json` and `state.json`.
 
-use std::io::{self, BufWriter, Write};
+use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -13,6 +13,7 @@ use arrow_schema::{DataType, Field, Schema};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
+use crate::cache::hashed_file::HashedFile;
 use crate::fsutil;
 use crate::spec::{SequenceSpec, TokenType};
 
@@ -113,8 +114,7 @@ pub struct PartWriter<F: Fn(usize) -> PathBuf> {
 }
 
 struct OpenPart {
-    path: PathBuf,
-    writer: StreamWriter<BufWriter<HashingWriter<tempfile::NamedTempFile>>>,
+    writer: StreamWriter<HashedFile>,
     rows: u64,
     tokens: u64,
 }
@@ -157,11 +157,12 @@ impl<F: Fn(usize) -> PathBuf> PartWriter<F> {
             self.open = Some(open_part(&path, &self.schema)?);
         }
         let part = self.open.as_mut().expect("opened above");
-        part.writer.write(&batch).map_err(|source| WriteError::Arrow { path: part.path.clone(), source })?;
+        if let Err(source) = part.writer.write(&batch) {
+            return Err(WriteError::Arrow { path: part.writer.get_ref().path().to_path_buf(), source });
+        }
         part.rows += rows as u64;
         part.tokens += tokens;
-        let buffered = part.writer.get_ref();
-        if buffered.get_ref().bytes() + buffered.buffer().len() as u64 >= self.target_bytes {
+        if part.writer.get_ref().bytes_written() >= self.target_bytes {
             self.close_part()?;
         }
         Ok(())
@@ -169,21 +170,12 @@ impl<F: Fn(usize) -> PathBuf> PartWriter<F> {
 
     fn close_part(&mut self) -> Result<(), WriteError> {
         let Some(part) = self.open.take() else { return Ok(()) };
-        let path = part.path.clone();
-        let io_error = |source| WriteError::Io { path: path.clone(), source };
-        let buffered = part.writer.into_inner().map_err(|source| WriteError::Arrow { path: path.clone(), source })?;
-        let hashing = buffered.into_inner().map_err(|err| io_error(err.into_error()))?;
-        let (temp, hash, size) = hashing.into_parts();
-        temp.as_file().sync_all().map_err(io_error)?;
-        temp.persist(&path).map_err(|err| io_error(err.error))?;
+        let path = part.writer.get_ref().path().to_path_buf();
+        let file = part.writer.into_inner().map_err(|source| WriteError::Arrow { path: path.clone(), source })?;
         let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-        self.finished.push(WrittenFile {
-            path: name,
-            size,
-            blake3: hash.to_hex().to_string(),
-            rows: part.rows,
-            tokens: part.tokens,
-        });
+        let mut written = file.finish(name)?;
+        (written.rows, written.tokens) = (part.rows, part.tokens);
+        self.finished.push(written);
         Ok(())
     }
 
@@ -196,12 +188,9 @@ impl<F: Fn(usize) -> PathBuf> PartWriter<F> {
 }
 
 fn open_part(path: &Path, schema: &Schema) -> Result<OpenPart, WriteError> {
-    let io_error = |source| WriteError::Io { path: path.to_path_buf(), source };
-    let dir = path.parent().unwrap_or(Path::new("."));
-    let temp = fsutil::temp_file_in(dir).map_err(io_error)?;
-    let writer = StreamWriter::try_new(BufWriter::with_capacity(1 << 20, HashingWriter::new(temp)), schema)
+    let writer = StreamWriter::try_new(HashedFile::create(path)?, schema)
         .map_err(|source| WriteError::Arrow { path: path.to_path_buf(), source })?;
-    Ok(OpenPart { path: path.to_path_buf(), writer, rows: 0, tokens: 0 })
+    Ok(OpenPart { writer, rows: 0, tokens: 0 })
 }
 
 fn build_batch(columns: &Columns, schema: &Arc<Schema>, offsets: &[i32], values: &[u32]) -> RecordBatch {
@@ -255,43 +244,6 @@ pub fn write_split_metadata(
         "_split": split,
     });
     fsutil::write_json_atomic(&split_dir.join("state.json"), &state)
-}
-
-/// Passes writes through while hashing and counting them. Put it under a
-/// `BufWriter`, so blake3 sees whole buffers (its SIMD needs long inputs).
-pub struct HashingWriter<W> {
-    inner: W,
-    hasher: blake3::Hasher,
-    bytes: u64,
-}
-
-impl<W> HashingWriter<W> {
-    pub fn new(inner: W) -> Self {
-        HashingWriter { inner, hasher: blake3::Hasher::new(), bytes: 0 }
-    }
-
-    /// Bytes written so far.
-    pub fn bytes(&self) -> u64 {
-        self.bytes
-    }
-
-    /// The inner writer, the hash of everything written and its length.
-    pub fn into_parts(self) -> (W, blake3::Hash, u64) {
-        (self.inner, self.hasher.finalize(), self.bytes)
-    }
-}
-
-impl<W: Write> Write for HashingWriter<W> {
-    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        let n = self.inner.write(buf)?;
-        self.hasher.update(&buf[..n]);
-        self.bytes += n as u64;
-        Ok(n)
-    }
-
-    fn flush(&mut self) -> io::Result<()> {
-        self.inner.flush()
-    }
 }
 
 #[cfg(test)]

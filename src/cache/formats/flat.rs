@@ -12,7 +12,8 @@ use crate::cache::writer::{WriteError, WrittenFile};
 
 use super::SplitParts;
 use super::io_error;
-use super::parts::{HashedFile, for_each_length};
+use super::parts::for_each_length;
+use crate::cache::hashed_file::HashedFile;
 
 /// Writes the split's flat files. `shared` is a file with the same token bytes
 /// (the Megatron `.bin`), hard-linked instead of copied again.
@@ -37,12 +38,12 @@ pub fn write_split(
     files.push(bin);
     let offsets_relative = flat_file(split, ".offsets.npy");
     let mut offsets = HashedFile::create(&entry_root.join(&offsets_relative))?;
-    offsets.write(&npy_header("<u8", shards.rows + 1))?;
-    offsets.write(&0u64.to_le_bytes())?;
+    offsets.append(&npy_header("<u8", shards.rows + 1))?;
+    offsets.append(&0u64.to_le_bytes())?;
     let mut offset = 0u64;
     for_each_length(&parts.lengths, |length| {
         offset += length as u64;
-        offsets.write(&offset.to_le_bytes())
+        offsets.append(&offset.to_le_bytes())
     })?;
     files.push(offsets.finish(offsets_relative)?);
     let description = json!({
@@ -59,7 +60,7 @@ pub fn write_split(
     let mut json_file = HashedFile::create(&entry_root.join(&json_relative))?;
     let mut text = serde_json::to_vec_pretty(&description).map_err(|err| io_error(&bin_path)(err.into()))?;
     text.push(b'\n');
-    json_file.write(&text)?;
+    json_file.append(&text)?;
     files.push(json_file.finish(json_relative)?);
     Ok(())
 }

@@ -25,7 +25,8 @@ use crate::cache::writer::{WriteError, WrittenFile};
 use crate::spec::TokenType;
 
 use super::SplitParts;
-use super::parts::{HashedFile, for_each_length, token_size};
+use super::parts::{for_each_length, token_size};
+use crate::cache::hashed_file::HashedFile;
 
 const HEADER: &[u8; 9] = b"MMIDIDX\x00\x00";
 const VERSION: u64 = 1;
@@ -59,21 +60,21 @@ pub fn write_split(
 /// Streams the index: lengths and pointers are read from the parts twice rather
 /// than held, so memory stays flat whatever the split's size.
 fn write_index(idx: &mut HashedFile, rows: u64, lengths: &[PathBuf], token_type: TokenType) -> Result<(), WriteError> {
-    idx.write(HEADER)?;
-    idx.write(&VERSION.to_le_bytes())?;
-    idx.write(&[dtype_code(token_type)])?;
-    idx.write(&rows.to_le_bytes())?;
-    idx.write(&(rows + 1).to_le_bytes())?;
-    for_each_length(lengths, |length| idx.write(&(length as i32).to_le_bytes()))?;
+    idx.append(HEADER)?;
+    idx.append(&VERSION.to_le_bytes())?;
+    idx.append(&[dtype_code(token_type)])?;
+    idx.append(&rows.to_le_bytes())?;
+    idx.append(&(rows + 1).to_le_bytes())?;
+    for_each_length(lengths, |length| idx.append(&(length as i32).to_le_bytes()))?;
     let size = token_size(token_type) as i64;
     let mut pointer = 0i64;
     for_each_length(lengths, |length| {
-        idx.write(&pointer.to_le_bytes())?;
+        idx.append(&pointer.to_le_bytes())?;
         pointer += length as i64 * size;
         Ok(())
     })?;
     for document in 0..=rows as i64 {
-        idx.write(&document.to_le_bytes())?;
+        idx.append(&document.to_le_bytes())?;
     }
     Ok(())
 }

@@ -20,7 +20,7 @@ use crate::cache::writer::{PartWriter, WriteError, WrittenFile};
 use crate::fsutil;
 use crate::spec::TokenType;
 
-pub use parts::{HashedFile, TokenParts};
+pub use parts::TokenParts;
 
 /// One layout an entry can be written in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Deserialize, Serialize)]

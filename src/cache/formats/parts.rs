@@ -1,47 +1,16 @@
 //! The pieces the extra formats are made of: per-shard token and row-length parts,
-//! files written atomically while being hashed, and a kernel-side concatenation.
+//! and a kernel-side concatenation.
 
 use std::fs::File;
-use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 
+use crate::cache::hashed_file::HashedFile;
 use crate::cache::layout::BuildLayout;
-use crate::cache::writer::{HashingWriter, WriteError, WrittenFile};
+use crate::cache::writer::{WriteError, WrittenFile};
 use crate::fsutil;
 use crate::spec::TokenType;
 
 use super::io_error;
-
-/// A file written under a temporary name, hashed as it is written, and renamed
-/// into place by [`HashedFile::finish`]; dropped unfinished, it leaves nothing.
-pub struct HashedFile {
-    path: PathBuf,
-    /// Hashing below the buffer: blake3 gets 1 MiB at a time, not each small write.
-    writer: BufWriter<HashingWriter<tempfile::NamedTempFile>>,
-}
-
-impl HashedFile {
-    pub fn create(path: &Path) -> Result<HashedFile, WriteError> {
-        let dir = path.parent().unwrap_or(Path::new("."));
-        fsutil::create_dir_all(dir).map_err(io_error(path))?;
-        let temp = fsutil::temp_file_in(dir).map_err(io_error(path))?;
-        Ok(HashedFile { path: path.to_path_buf(), writer: BufWriter::with_capacity(1 << 20, HashingWriter::new(temp)) })
-    }
-
-    pub fn write(&mut self, bytes: &[u8]) -> Result<(), WriteError> {
-        self.writer.write_all(bytes).map_err(io_error(&self.path))
-    }
-
-    /// Syncs and renames the file into place; `relative` is the path the record carries.
-    pub fn finish(self, relative: String) -> Result<WrittenFile, WriteError> {
-        let error = io_error(&self.path);
-        let hashing = self.writer.into_inner().map_err(|err| error(err.into_error()))?;
-        let (temp, hash, size) = hashing.into_parts();
-        temp.as_file().sync_all().map_err(&error)?;
-        temp.persist(&self.path).map_err(|err| error(err.error))?;
-        Ok(WrittenFile { path: relative, size, blake3: hash.to_hex().to_string(), rows: 0, tokens: 0 })
-    }
-}
 
 /// One shard's rows for the extra formats: `<shard>.tokens` (the ids in the entry's
 /// dtype, little-endian, row after row) and `<shard>.lengths` (u32 per row).
@@ -69,9 +38,9 @@ impl TokenParts {
     pub fn push_row(&mut self, row: &[u32]) -> Result<(), WriteError> {
         self.buffer.clear();
         encode_tokens(row, self.token_type, &mut self.buffer);
-        self.tokens.write(&self.buffer)?;
+        self.tokens.append(&self.buffer)?;
         // Rows are far below 2^31 tokens: one row is held in memory as it is packed.
-        self.lengths.write(&(row.len() as u32).to_le_bytes())?;
+        self.lengths.append(&(row.len() as u32).to_le_bytes())?;
         self.rows += 1;
         self.count += row.len() as u64;
         Ok(())
@@ -79,7 +48,7 @@ impl TokenParts {
 
     pub fn finish(self) -> Result<Vec<WrittenFile>, WriteError> {
         let name =
-            |file: &HashedFile| file.path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+            |file: &HashedFile| file.path().file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
         let (tokens_name, lengths_name) = (name(&self.tokens), name(&self.lengths));
         let mut tokens = self.tokens.finish(tokens_name)?;
         let mut lengths = self.lengths.finish(lengths_name)?;
@@ -181,33 +150,5 @@ mod tests {
         out.clear();
         encode_tokens(&[0x0102_0304, 7], TokenType::Int32, &mut out);
         assert_eq!(out, [4, 3, 2, 1, 7, 0, 0, 0]);
-    }
-
-    #[test]
-    fn a_hashed_file_records_the_hash_and_size_of_what_it_wrote() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("part.tokens");
-        let mut file = HashedFile::create(&path).unwrap();
-        // Small writes that cross the 1 MiB buffer many times, as rows do.
-        let mut expected = Vec::new();
-        for row in 0..3000u32 {
-            let bytes: Vec<u8> = (0..(row % 2000)).map(|i| (i ^ row) as u8).collect();
-            file.write(&bytes).unwrap();
-            expected.extend_from_slice(&bytes);
-        }
-        let written = file.finish("part.tokens".into()).unwrap();
-        assert!(expected.len() > 2 << 20);
-        assert_eq!(std::fs::read(&path).unwrap(), expected);
-        assert_eq!(written.size, expected.len() as u64);
-        assert_eq!(written.blake3, blake3::hash(&expected).to_hex().to_string());
-    }
-
-    #[test]
-    fn a_hashed_file_dropped_unfinished_leaves_nothing() {
-        let dir = tempfile::tempdir().unwrap();
-        let mut file = HashedFile::create(&dir.path().join("part.tokens")).unwrap();
-        file.write(&[1; 4096]).unwrap();
-        drop(file);
-        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
     }
 }
