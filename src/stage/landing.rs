@@ -80,9 +80,7 @@ impl Landing {
                 Err(errno) => return Err(errno.into()),
             },
         };
-        std::fs::rename(&temp, dest).inspect_err(|_| {
-            let _ = std::fs::remove_file(&temp);
-        })
+        rename_over(&temp, dest)
     }
 
     /// Removes what a failed copy wrote (an unnamed file needs nothing).
@@ -99,8 +97,14 @@ impl Landing {
 pub fn land_hard_link(existing: &Path, dest: &Path) -> io::Result<()> {
     let temp = temp_name(dest);
     std::fs::hard_link(existing, &temp)?;
-    std::fs::rename(&temp, dest).inspect_err(|_| {
-        let _ = std::fs::remove_file(&temp);
+    rename_over(&temp, dest)
+}
+
+/// Renames `temp` over `dest` (atomic: a reader sees one or the other); on failure
+/// the temporary name is removed.
+fn rename_over(temp: &Path, dest: &Path) -> io::Result<()> {
+    std::fs::rename(temp, dest).inspect_err(|_| {
+        let _ = std::fs::remove_file(temp);
     })
 }
 

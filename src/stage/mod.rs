@@ -206,7 +206,7 @@ fn stage_locked(
         size: file.size,
         blake3: file.blake3.clone(),
     };
-    let mut copies: Vec<CopyJob> = pending.iter().map(|file| copy_job(file)).collect();
+    let mut copies: Vec<CopyJob> = pending.iter().copied().map(copy_job).collect();
     let twin_bytes: u64 = twins.iter().map(|t| t.file.size).sum();
     let already_bytes: u64 =
         plan.files.iter().map(|f| f.size).sum::<u64>() - copies.iter().map(|j| j.size).sum::<u64>() - twin_bytes;

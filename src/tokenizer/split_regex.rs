@@ -114,8 +114,7 @@ impl SplitRegex {
 /// `\s+(?!\S)` before `\s+` takes a whitespace run up to the end of the text, or
 /// all of it but its last character when something follows (if that leaves any).
 fn whitespace_run_matches(automaton: &Automaton, text: &str, on_match: &mut dyn FnMut(usize, usize)) {
-    automaton.for_each(text, &mut |Found { start, end, pattern }| {
-        let mut end = end;
+    automaton.for_each(text, &mut |Found { start, mut end, pattern }| {
         if pattern == PatternID::must(1)
             && end < text.len()
             && let Some(last) = text[start..end].chars().next_back()
