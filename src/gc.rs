@@ -13,11 +13,14 @@ use std::time::{Duration, SystemTime};
 
 use serde::Serialize;
 
-use crate::cache::destination::DestLayout;
-use crate::cache::layout::CacheLayout;
+use crate::cache::destination::{self, CONTROL_DIR, DestLayout};
+use crate::cache::layout::{
+    BUILDING_DIR, BY_NAME_DIR, CacheLayout, ENTRIES_DIR, MANIFEST_FILE, MEMO_DIR, TRASH_DIR, USED_DIR,
+};
 use crate::cache::lease;
 use crate::cache::staging as state;
 use crate::fsutil;
+use crate::fsutil::untrusted::Dir;
 use crate::status::{self, BuildState, EntryState, EntryStatus};
 
 #[derive(Debug, thiserror::Error)]
@@ -40,10 +43,40 @@ pub struct GcPolicy {
     pub keep: Option<usize>,
 }
 
+/// What one removal was.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum GcActionKind {
+    /// An entry evicted by the policy.
+    Entry,
+    /// An entry whose manifest cannot be read.
+    InvalidEntry,
+    /// A build whose builders are all gone.
+    AbandonedBuild,
+    /// A temporary file a killed writer left.
+    TemporaryFile,
+    /// What an interrupted gc left in the trash.
+    Trash,
+    /// A `by-name` link re-pointed or removed.
+    Link,
+}
+
+impl std::fmt::Display for GcActionKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            GcActionKind::Entry => "entry",
+            GcActionKind::InvalidEntry => "invalid entry",
+            GcActionKind::AbandonedBuild => "abandoned build",
+            GcActionKind::TemporaryFile => "temporary file",
+            GcActionKind::Trash => "trash",
+            GcActionKind::Link => "link",
+        })
+    }
+}
+
 #[derive(Debug, Clone, Serialize)]
 pub struct GcAction {
-    /// "entry", "invalid_entry", "abandoned_build", "temporary_file", "trash", "link".
-    pub kind: String,
+    pub kind: GcActionKind,
     pub path: String,
     pub name: String,
     pub bytes: u64,
@@ -61,15 +94,9 @@ pub struct GcReport {
 }
 
 impl GcReport {
-    fn record(&mut self, kind: &str, path: &Path, name: &str, bytes: u64, reason: String) {
+    fn record(&mut self, kind: GcActionKind, path: &Path, name: &str, bytes: u64, reason: String) {
         self.freed_bytes += bytes;
-        self.removed.push(GcAction {
-            kind: kind.into(),
-            path: path.display().to_string(),
-            name: name.into(),
-            bytes,
-            reason,
-        });
+        self.removed.push(GcAction { kind, path: path.display().to_string(), name: name.into(), bytes, reason });
     }
 }
 
@@ -106,23 +133,26 @@ fn plan_evictions(entries: &[EntryStatus], policy: &GcPolicy, now: SystemTime) -
     evict.into_iter().enumerate().filter_map(|(index, reason)| reason.map(|r| (index, r))).collect()
 }
 
-/// Moves `path` into `trash` under a unique name, then deletes it.
-fn remove_via_trash(trash: &Path, path: &Path) -> io::Result<()> {
-    fsutil::create_dir_all(trash)?;
-    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-    let target = trash.join(format!("{name}.{}.{}", std::process::id(), fsutil::unique_suffix()));
-    fs_err::rename(path, &target)?;
-    fs_err::remove_dir_all(&target)
+/// A name in the trash that no other gc uses.
+fn parked_name(name: &str) -> String {
+    format!("{name}.{}.{}", std::process::id(), fsutil::unique_suffix())
 }
 
-fn dir_size(path: &Path) -> u64 {
-    walkdir::WalkDir::new(path)
-        .into_iter()
-        .flatten()
-        .filter_map(|e| e.metadata().ok())
-        .filter(|m| m.is_file())
-        .map(|m| m.len())
-        .sum()
+/// Renames `name` out of `from` into `trash`, then deletes it there: a racing
+/// reader sees the whole tree or none of it. Both directories are descriptors, so
+/// nothing is ever deleted through a symlink.
+fn discard(from: &Dir, name: &str, trash: &Dir) -> io::Result<()> {
+    let parked = parked_name(name);
+    if !from.rename_no_replace(name, trash, &parked)? {
+        return Err(io::Error::other(format!("{} exists already", trash.display_path(&parked).display())));
+    }
+    trash.remove_tree(&parked)
+}
+
+/// Whether `lease` says nobody uses the entry. Leases that cannot be read (a
+/// symlink planted where they belong) keep the entry: whoever is unsure must not delete.
+fn unused(leases: io::Result<Vec<lease::LeaseInfo>>) -> bool {
+    leases.is_ok_and(|leases| leases.is_empty())
 }
 
 /// Garbage-collects a shared cache.
@@ -134,144 +164,188 @@ pub fn collect_cache(cache: &CacheLayout, policy: &GcPolicy, dry_run: bool) -> R
     })
 }
 
+/// The cache's directories, each opened once without following symlinks: anyone
+/// who can write to a shared cache could have put a symlink in place of one.
+struct CacheDirs {
+    root: Dir,
+    entries: Option<Dir>,
+    building: Option<Dir>,
+}
+
+impl CacheDirs {
+    fn open(cache: &CacheLayout) -> io::Result<CacheDirs> {
+        let root = Dir::open(cache.root())?;
+        let entries = root.open_dir_if_exists(ENTRIES_DIR)?;
+        let building = root.open_dir_if_exists(BUILDING_DIR)?;
+        Ok(CacheDirs { root, entries, building })
+    }
+
+    fn trash(&self) -> io::Result<Dir> {
+        self.root.create_dir(TRASH_DIR)
+    }
+}
+
 fn collect_cache_io(cache: &CacheLayout, policy: &GcPolicy, dry_run: bool) -> io::Result<GcReport> {
     let mut report = GcReport { dry_run, ..GcReport::default() };
-    let trash = cache.trash_dir();
+    let dirs = CacheDirs::open(cache)?;
     // Leftovers of an interrupted gc.
-    if let Ok(items) = std::fs::read_dir(&trash) {
-        for item in items.flatten() {
-            let bytes = dir_size(&item.path());
+    if let Some(trash) = dirs.root.open_dir_if_exists(TRASH_DIR)? {
+        for item in trash.list()? {
+            let bytes = trash.tree_size(&item.name);
             if !dry_run {
-                fs_err::remove_dir_all(item.path())?;
+                trash.remove_tree(&item.name)?;
             }
-            report.record("trash", &item.path(), "", bytes, "left by an interrupted gc".into());
+            let path = trash.display_path(&item.name);
+            report.record(GcActionKind::Trash, &path, "", bytes, "left by an interrupted gc".into());
         }
     }
 
     let entries = status::entries(cache);
     let mut removed_entries: HashSet<String> = HashSet::new();
-    for entry in entries.iter().filter(|e| e.state != EntryState::Ready) {
-        let path = cache.entry(&entry.short).root().to_path_buf();
-        if entry.in_use > 0 {
-            report.kept_in_use.push(entry.short.clone());
-            continue;
+    if let Some(entries_dir) = &dirs.entries {
+        for entry in entries.iter().filter(|e| e.state != EntryState::Ready) {
+            if entry.in_use > 0 {
+                report.kept_in_use.push(entry.short.clone());
+                continue;
+            }
+            let bytes = entries_dir.tree_size(&entry.short);
+            if !dry_run {
+                discard(entries_dir, &entry.short, &dirs.trash()?)?;
+            }
+            removed_entries.insert(entry.short.clone());
+            let path = entries_dir.display_path(&entry.short);
+            report.record(GcActionKind::InvalidEntry, &path, "", bytes, entry.problem.clone().unwrap_or_default());
         }
-        let bytes = dir_size(&path);
-        if !dry_run {
-            remove_via_trash(&trash, &path)?;
-        }
-        removed_entries.insert(entry.short.clone());
-        report.record("invalid_entry", &path, "", bytes, entry.problem.clone().unwrap_or_default());
     }
     let ready: Vec<EntryStatus> = entries.into_iter().filter(|e| e.state == EntryState::Ready).collect();
     for (index, reason) in plan_evictions(&ready, policy, SystemTime::now()) {
         let entry = &ready[index];
-        let path = cache.entry(&entry.short).root().to_path_buf();
-        if !lease::live_leases(cache, &entry.short).is_empty() {
+        let Some(entries_dir) = &dirs.entries else { break };
+        if !unused(lease::live_leases(cache, &entry.short)) {
             report.kept_in_use.push(entry.short.clone());
             continue;
         }
-        if !dry_run && !evict_entry(cache, &entry.short)? {
+        if !dry_run && !evict_entry(cache, &dirs, entries_dir, &entry.short)? {
             report.kept_in_use.push(entry.short.clone());
             continue;
         }
         removed_entries.insert(entry.short.clone());
-        report.record("entry", &path, &entry.name, entry.bytes, reason);
+        let path = entries_dir.display_path(&entry.short);
+        report.record(GcActionKind::Entry, &path, &entry.name, entry.bytes, reason);
     }
     report.remaining_bytes = ready.iter().filter(|e| !removed_entries.contains(&e.short)).map(|e| e.bytes).sum();
 
-    for build in status::builds(cache).into_iter().filter(|b| b.state == BuildState::Stale) {
-        if !lease::live_leases(cache, &build.short).is_empty() {
-            continue;
+    if let Some(building) = &dirs.building {
+        for build in status::builds(cache).into_iter().filter(|b| b.state == BuildState::Stale) {
+            if !unused(lease::live_leases(cache, &build.short)) {
+                continue;
+            }
+            let bytes = building.tree_size(&build.short);
+            if !dry_run {
+                discard(building, &build.short, &dirs.trash()?)?;
+                lease::remove_dead_leases(cache, &build.short);
+            }
+            let path = building.display_path(&build.short);
+            report.record(GcActionKind::AbandonedBuild, &path, &build.name, bytes, "its builder is gone".into());
         }
-        let path = cache.build(&build.short).root().to_path_buf();
-        let bytes = dir_size(&path);
-        if !dry_run {
-            remove_via_trash(&trash, &path)?;
-            lease::remove_dead_leases(cache, &build.short);
-        }
-        report.record("abandoned_build", &path, &build.name, bytes, "its builder is gone".into());
     }
 
-    for dir in
-        [cache.entries_dir(), cache.by_name_dir(), cache.memo_dir(), cache.used_dir(), cache.root().to_path_buf()]
-    {
-        remove_old_temporaries(&dir, dry_run, &mut report)?;
+    remove_old_temporaries(&dirs.root, dry_run, &mut report)?;
+    for name in [ENTRIES_DIR, BY_NAME_DIR, MEMO_DIR, USED_DIR] {
+        if let Some(dir) = dirs.root.open_dir_if_exists(name)? {
+            remove_old_temporaries(&dir, dry_run, &mut report)?;
+        }
     }
     let remaining: Vec<&EntryStatus> = ready.iter().filter(|e| !removed_entries.contains(&e.short)).collect();
-    relink_names(cache, &removed_entries, &remaining, dry_run, &mut report)?;
+    if let Some(by_name) = dirs.root.open_dir_if_exists(BY_NAME_DIR)? {
+        relink_names(&by_name, dirs.entries.as_ref(), &removed_entries, &remaining, dry_run, &mut report)?;
+    }
     Ok(report)
 }
 
 /// Renames the entry into the trash unless a lease appeared meanwhile (then it
 /// is put back). Returns whether it was removed.
-fn evict_entry(cache: &CacheLayout, short: &str) -> io::Result<bool> {
-    let path = cache.entry(short).root().to_path_buf();
-    fsutil::create_dir_all(&cache.trash_dir())?;
-    let parked = cache.trash_dir().join(format!("{short}.{}.{}", std::process::id(), fsutil::unique_suffix()));
-    fs_err::rename(&path, &parked)?;
-    if !lease::live_leases(cache, short).is_empty() {
+fn evict_entry(cache: &CacheLayout, dirs: &CacheDirs, entries_dir: &Dir, short: &str) -> io::Result<bool> {
+    let trash = dirs.trash()?;
+    let parked = parked_name(short);
+    if !entries_dir.rename_no_replace(short, &trash, &parked)? {
+        return Err(io::Error::other(format!("{} exists already", trash.display_path(&parked).display())));
+    }
+    if !unused(lease::live_leases(cache, short)) {
         // A stage or build started between the check and the rename: give it back.
-        fs_err::rename(&parked, &path)?;
+        trash.rename_no_replace(&parked, entries_dir, short)?;
         return Ok(false);
     }
-    fs_err::remove_dir_all(&parked)?;
-    let _ = std::fs::remove_file(cache.used_marker(short));
+    trash.remove_tree(&parked)?;
+    if let Ok(Some(used)) = dirs.root.open_dir_if_exists(USED_DIR) {
+        let _ = used.remove_file(short);
+    }
     lease::remove_dead_leases(cache, short);
-    let _ = std::fs::remove_dir(cache.leases(short));
+    lease::remove_lease_dir(cache, short);
     Ok(true)
 }
 
-fn remove_old_temporaries(dir: &Path, dry_run: bool, report: &mut GcReport) -> io::Result<()> {
-    let Ok(items) = std::fs::read_dir(dir) else { return Ok(()) };
-    for item in items.flatten() {
-        let name = item.file_name().to_string_lossy().into_owned();
-        let Ok(meta) = item.path().symlink_metadata() else { continue };
-        let old = meta.modified().ok().and_then(|m| m.elapsed().ok()).is_some_and(|age| age > TEMP_GRACE);
-        if name.starts_with(".tmp-") && old && !meta.is_dir() {
+fn remove_old_temporaries(dir: &Dir, dry_run: bool, report: &mut GcReport) -> io::Result<()> {
+    for item in dir.list()? {
+        if !item.name.starts_with(".tmp-") || item.is_dir() {
+            continue;
+        }
+        let Ok(stat) = dir.stat(&item.name) else { continue };
+        let modified = SystemTime::UNIX_EPOCH + Duration::from_secs(stat.st_mtime.max(0) as u64);
+        if modified.elapsed().is_ok_and(|age| age > TEMP_GRACE) {
             if !dry_run {
-                fs_err::remove_file(item.path())?;
+                dir.remove_file(&item.name)?;
             }
-            report.record("temporary_file", &item.path(), "", meta.len(), "orphaned temporary file".into());
+            let path = dir.display_path(&item.name);
+            report.record(
+                GcActionKind::TemporaryFile,
+                &path,
+                "",
+                stat.st_size as u64,
+                "orphaned temporary file".into(),
+            );
         }
     }
     Ok(())
 }
 
 /// Points each `by-name` link whose entry is gone at the newest remaining entry of
-/// that name, or removes it.
+/// that name, or removes it. A link ferry did not write (any target but
+/// `../entries/<fp16>`) counts as pointing nowhere.
 fn relink_names(
-    cache: &CacheLayout,
+    by_name: &Dir,
+    entries_dir: Option<&Dir>,
     removed: &HashSet<String>,
     remaining: &[&EntryStatus],
     dry_run: bool,
     report: &mut GcReport,
 ) -> io::Result<()> {
-    let Ok(links) = std::fs::read_dir(cache.by_name_dir()) else { return Ok(()) };
-    for link in links.flatten() {
-        let name = link.file_name().to_string_lossy().into_owned();
-        if name.starts_with('.') {
+    for link in by_name.list()? {
+        let name = &link.name;
+        if name.starts_with('.') || link.kind != rustix::fs::FileType::Symlink {
             continue;
         }
-        let Ok(target) = std::fs::read_link(link.path()) else { continue };
-        let short = target.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-        let alive = !removed.contains(&short) && cache.entry(&short).manifest().exists();
+        let target = by_name.read_link(name)?;
+        let alive = CacheLayout::by_name_entry(&target).is_some_and(|short| {
+            !removed.contains(short)
+                && entries_dir.is_some_and(|dir| dir.stat(Path::new(short).join(MANIFEST_FILE)).is_ok())
+        });
         if alive {
             continue;
         }
-        let newest = remaining.iter().filter(|e| e.name == name).max_by_key(|e| e.created_unix);
-        match newest {
+        let path = by_name.display_path(name);
+        match remaining.iter().filter(|e| &e.name == name).max_by_key(|e| e.created_unix) {
             Some(entry) => {
                 if !dry_run {
-                    fsutil::replace_symlink(&CacheLayout::by_name_target(&entry.short), &link.path())?;
+                    by_name.replace_symlink(name, &CacheLayout::by_name_target(&entry.short))?;
                 }
-                report.record("link", &link.path(), &name, 0, format!("re-pointed to {}", entry.short));
+                report.record(GcActionKind::Link, &path, name, 0, format!("re-pointed to {}", entry.short));
             }
             None => {
                 if !dry_run {
-                    fs_err::remove_file(link.path())?;
+                    by_name.remove_file(name)?;
                 }
-                report.record("link", &link.path(), &name, 0, "no entry of that name is left".into());
+                report.record(GcActionKind::Link, &path, name, 0, "no entry of that name is left".into());
             }
         }
     }
@@ -282,96 +356,94 @@ fn relink_names(
 /// become symlinks to the cache again (or go when the cache entry is gone);
 /// dangling links and temporaries of killed stages are removed.
 pub fn collect_destination(dest: &Path, policy: &GcPolicy, dry_run: bool) -> Result<GcReport, GcError> {
-    let mut report = GcReport { dry_run, ..GcReport::default() };
-    // A destination never staged into has no lock file, but one that does not exist is a wrong --dest.
-    std::fs::metadata(dest).map_err(|source| GcError::Io { doing: "cleaning", path: dest.to_path_buf(), source })?;
-    let lock_path = state::lock_path(dest);
-    let lock = std::fs::File::options().create(true).truncate(false).write(true).open(&lock_path);
-    let Ok(lock) = lock else {
-        return Ok(report);
-    };
-    use rustix::fs::{FlockOperation, flock};
-    if flock(&lock, FlockOperation::NonBlockingLockExclusive).is_err() {
-        return Err(GcError::Busy { dest: dest.to_path_buf() });
-    }
     let io = |path: &Path| {
         let path = path.to_path_buf();
         move |source| GcError::Io { doing: "cleaning", path, source }
     };
-    let states = state::read_all(dest);
+    let mut report = GcReport { dry_run, ..GcReport::default() };
     let layout = DestLayout::new(dest);
-    let entries_dir = layout.mirror().entries_dir();
-    let mut staged = staged_entries(&entries_dir, &states, dry_run, &mut report)?;
+    let root = Dir::open(dest).map_err(io(dest))?;
+    // A destination never staged into has nothing to collect.
+    if root.open_dir_if_exists(CONTROL_DIR).map_err(io(dest))?.is_none() {
+        return Ok(report);
+    }
+    let Some(_lock) = destination::lock(dest, false).map_err(io(dest))? else {
+        return Err(GcError::Busy { dest: dest.to_path_buf() });
+    };
+    let states = state::read_all(dest);
+    let Some(entries) = root.open_dir_if_exists(ENTRIES_DIR).map_err(io(dest))? else { return Ok(report) };
+    let mut staged = staged_entries(&entries, &states, dry_run, &mut report).map_err(io(entries.path()))?;
     staged.sort_by_key(|e| std::cmp::Reverse(e.last_used_unix));
     for (index, reason) in plan_evictions(&staged, policy, SystemTime::now()) {
         let entry = &staged[index];
-        let path = entries_dir.join(&entry.short);
+        let path = entries.display_path(&entry.short);
         let source =
             states.iter().find(|s| s.id == entry.short).map(|s| PathBuf::from(&s.source)).filter(|p| p.is_dir());
         if !dry_run {
-            remove_via_trash(&layout.trash_dir(), &path).map_err(io(&path))?;
+            let trash = root.create_dir(CONTROL_DIR).and_then(|control| control.create_dir(TRASH_DIR));
+            trash.and_then(|trash| discard(&entries, &entry.short, &trash)).map_err(io(&path))?;
             match &source {
-                Some(source) => fsutil::replace_symlink(source, &path).map_err(io(&path))?,
+                Some(source) => entries.replace_symlink(&entry.short, source).map_err(io(&path))?,
                 None => {
                     let _ = std::fs::remove_file(state::state_path(dest, &entry.short));
                 }
             }
         }
-        report.record("entry", &path, &entry.name, entry.bytes, reason);
+        report.record(GcActionKind::Entry, &path, &entry.name, entry.bytes, reason);
     }
     report.remaining_bytes = staged.iter().map(|e| e.bytes).sum::<u64>() - report.freed_bytes;
     if !dry_run {
-        crate::cache::destination::remove_stale_temps(&entries_dir);
+        crate::cache::destination::remove_stale_temps(&layout.mirror().entries_dir());
     }
-    for link in std::fs::read_dir(layout.mirror().by_name_dir()).into_iter().flatten().flatten() {
-        if !link.path().exists() {
-            if !dry_run {
-                std::fs::remove_file(link.path()).map_err(io(&link.path()))?;
+    if let Some(by_name) = root.open_dir_if_exists(BY_NAME_DIR).map_err(io(dest))? {
+        for link in by_name.list().map_err(io(by_name.path()))? {
+            let path = by_name.display_path(&link.name);
+            if path.exists() {
+                continue;
             }
-            report.record("link", &link.path(), &link.file_name().to_string_lossy(), 0, "its entry is gone".into());
+            if !dry_run {
+                by_name.remove_file(&link.name).map_err(io(&path))?;
+            }
+            report.record(GcActionKind::Link, &path, &link.name, 0, "its entry is gone".into());
         }
     }
     Ok(report)
 }
 
-/// The copies staged in `entries_dir`, each as old as its last staging; links
-/// whose cache entry is gone are removed on the way.
+/// The copies staged in `entries`, each as old as its last staging; links whose
+/// cache entry is gone are removed on the way.
 fn staged_entries(
-    entries_dir: &Path,
+    entries: &Dir,
     states: &[state::StageState],
     dry_run: bool,
     report: &mut GcReport,
-) -> Result<Vec<EntryStatus>, GcError> {
+) -> io::Result<Vec<EntryStatus>> {
     let mut staged: Vec<EntryStatus> = Vec::new();
-    let io = |path: &Path| {
-        let path = path.to_path_buf();
-        move |source| GcError::Io { doing: "cleaning", path, source }
-    };
-    for item in std::fs::read_dir(entries_dir).into_iter().flatten().flatten() {
-        let path = item.path();
-        let short = item.file_name().to_string_lossy().into_owned();
-        let Ok(meta) = path.symlink_metadata() else { continue };
-        if meta.file_type().is_symlink() {
+    for item in entries.list()? {
+        let path = entries.display_path(&item.name);
+        if item.kind == rustix::fs::FileType::Symlink {
             if !path.exists() {
                 if !dry_run {
-                    std::fs::remove_file(&path).map_err(io(&path))?;
+                    entries.remove_file(&item.name)?;
                 }
-                report.record("link", &path, "", 0, "its cache entry is gone".into());
+                report.record(GcActionKind::Link, &path, "", 0, "its cache entry is gone".into());
             }
             continue;
         }
-        let state = states.iter().find(|s| s.id == short);
-        let last_used = state.map(|s| s.updated_unix).unwrap_or_else(|| {
-            meta.modified().ok().and_then(|m| m.duration_since(SystemTime::UNIX_EPOCH).ok()).map_or(0, |d| d.as_secs())
-        });
+        if !item.is_dir() {
+            continue;
+        }
+        let state = states.iter().find(|s| s.id == item.name);
+        let modified = || entries.stat(&item.name).map_or(0, |stat| stat.st_mtime.max(0) as u64);
+        let last_used = state.map_or_else(modified, |s| s.updated_unix);
         staged.push(EntryStatus {
             name: state.map(|s| s.name.clone()).unwrap_or_default(),
             fingerprint: String::new(),
-            short,
+            short: item.name.clone(),
             splits: Vec::new(),
             rows: 0,
             tokens: 0,
-            bytes: dir_size(&path),
+            bytes: entries.tree_size(&item.name),
             created_unix: last_used,
             last_used_unix: last_used,
             state: EntryState::Ready,

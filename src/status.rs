@@ -11,8 +11,12 @@ use serde::Serialize;
 use crate::cache::build_progress::BuildProgress;
 use crate::cache::layout::CacheLayout;
 use crate::cache::lease;
-use crate::cache::manifest::Manifest;
+use crate::cache::manifest::{Manifest, is_short_fingerprint};
 use crate::cache::staging::{self as state, StageState};
+use crate::fsutil::untrusted;
+
+/// The largest build progress file read; ferry's are a few hundred bytes.
+const MAX_PROGRESS_BYTES: u64 = 64 << 10;
 
 /// One published entry. Field names are part of `ferry status --json` (see README).
 #[derive(Debug, Clone, Serialize)]
@@ -98,7 +102,7 @@ pub fn entries(cache: &CacheLayout) -> Vec<EntryStatus> {
     let names: Vec<String> = dir
         .flatten()
         .map(|e| e.file_name().to_string_lossy().into_owned())
-        .filter(|name| !name.starts_with('.'))
+        .filter(|name| is_short_fingerprint(name))
         .collect();
     let mut entries: Vec<EntryStatus> = names.par_iter().map(|short| entry_status(cache, short)).collect();
     entries.sort_by(|a, b| b.last_used_unix.cmp(&a.last_used_unix).then(a.short.cmp(&b.short)));
@@ -107,9 +111,11 @@ pub fn entries(cache: &CacheLayout) -> Vec<EntryStatus> {
 
 fn entry_status(cache: &CacheLayout, short: &str) -> EntryStatus {
     let entry = cache.entry(short);
-    let last_used = std::fs::metadata(cache.used_marker(short)).and_then(|m| m.modified()).ok().map(unix);
-    let in_use = lease::live_leases(cache, short).len();
-    match Manifest::load(&entry.manifest()) {
+    let last_used = std::fs::symlink_metadata(cache.used_marker(short)).and_then(|m| m.modified()).ok().map(unix);
+    // Leases that cannot be read (a symlink planted in their place) count as one use:
+    // whoever is unsure must not delete.
+    let in_use = lease::live_leases(cache, short).map_or(1, |leases| leases.len());
+    match Manifest::load_entry(entry.root()) {
         Ok(manifest) => EntryStatus {
             name: manifest.name.clone(),
             fingerprint: manifest.fingerprint.clone(),
@@ -125,7 +131,7 @@ fn entry_status(cache: &CacheLayout, short: &str) -> EntryStatus {
             problem: None,
         },
         Err(err) => {
-            let modified = std::fs::metadata(entry.root()).and_then(|m| m.modified()).map(unix).unwrap_or(0);
+            let modified = std::fs::symlink_metadata(entry.root()).and_then(|m| m.modified()).map(unix).unwrap_or(0);
             EntryStatus {
                 name: String::new(),
                 fingerprint: String::new(),
@@ -150,6 +156,9 @@ pub fn builds(cache: &CacheLayout) -> Vec<BuildStatus> {
     let mut builds = Vec::new();
     for item in dir.flatten() {
         let short = item.file_name().to_string_lossy().into_owned();
+        if !is_short_fingerprint(&short) {
+            continue;
+        }
         let build = cache.build(&short);
         let mut status = BuildStatus {
             short: short.clone(),
@@ -161,12 +170,13 @@ pub fn builds(cache: &CacheLayout) -> Vec<BuildStatus> {
             updated_unix: item.metadata().and_then(|m| m.modified()).map(unix).unwrap_or(0),
         };
         for path in build.progress_files() {
-            let Some(progress) =
-                std::fs::read(&path).ok().and_then(|b| serde_json::from_slice::<BuildProgress>(&b).ok())
+            let Some(progress) = untrusted::read_regular(&path, MAX_PROGRESS_BYTES)
+                .ok()
+                .and_then(|b| serde_json::from_slice::<BuildProgress>(&b).ok())
             else {
                 continue;
             };
-            let age = std::fs::metadata(&path).and_then(|m| m.modified()).ok().and_then(|m| m.elapsed().ok());
+            let age = std::fs::symlink_metadata(&path).and_then(|m| m.modified()).ok().and_then(|m| m.elapsed().ok());
             status.name = progress.name.clone();
             status.shards_total = status.shards_total.max(progress.shards_total);
             status.updated_unix = status.updated_unix.max(progress.updated_unix);

@@ -5,6 +5,9 @@ use std::path::{Path, PathBuf};
 
 use crate::cache::layout::CacheLayout;
 
+/// ferry's own directory in a destination.
+pub const CONTROL_DIR: &str = ".ferry";
+
 /// Every path of a staging destination. Its `entries/` and `by-name/` mirror the
 /// cache's (`mirror()`); ferry's own files are in `.ferry/`:
 ///
@@ -29,7 +32,7 @@ impl DestLayout {
 
     /// ferry's own files in the destination, never inside an entry.
     pub fn control_dir(&self) -> PathBuf {
-        self.0.root().join(".ferry")
+        self.0.root().join(CONTROL_DIR)
     }
 
     pub fn state_file(&self, id: &str) -> PathBuf {
@@ -51,7 +54,48 @@ impl DestLayout {
 
     /// Where gc moves evicted copies before removing them.
     pub fn trash_dir(&self) -> PathBuf {
-        self.control_dir().join("trash")
+        self.control_dir().join(crate::cache::layout::TRASH_DIR)
+    }
+}
+
+/// The destination's stage lock: an exclusive `flock` on `.ferry/stage.lock`, held
+/// by one stage (or gc) at a time. The destination is node-local, and the kernel
+/// releases the lock when its holder dies. Released on drop.
+#[derive(Debug)]
+pub struct DestinationLock {
+    _file: std::fs::File,
+    /// Whether another stager held it first and this one waited.
+    pub waited: bool,
+}
+
+/// Takes the destination's lock. With `wait`, waits for a holder to finish;
+/// without, returns `Ok(None)` while someone holds it.
+pub fn lock(dest: &Path, wait: bool) -> std::io::Result<Option<DestinationLock>> {
+    use rustix::fs::{FlockOperation, flock};
+    use std::os::unix::fs::OpenOptionsExt;
+    let layout = DestLayout::new(dest);
+    crate::fsutil::create_dir_all(&layout.control_dir())?;
+    let path = layout.lock_file();
+    let file = std::fs::File::options()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32)
+        .open(&path)
+        .map_err(|err| std::io::Error::new(err.kind(), format!("opening {}: {err}", path.display())))?;
+    let failed = |errno: rustix::io::Errno| {
+        let err = std::io::Error::from(errno);
+        std::io::Error::new(err.kind(), format!("locking {}: {err}", path.display()))
+    };
+    match flock(&file, FlockOperation::NonBlockingLockExclusive) {
+        Ok(()) => Ok(Some(DestinationLock { _file: file, waited: false })),
+        Err(rustix::io::Errno::WOULDBLOCK) if wait => {
+            tracing::info!(dest = %dest.display(), "another ferry stage is staging here; waiting for it");
+            flock(&file, FlockOperation::LockExclusive).map_err(failed)?;
+            Ok(Some(DestinationLock { _file: file, waited: true }))
+        }
+        Err(rustix::io::Errno::WOULDBLOCK) => Ok(None),
+        Err(errno) => Err(failed(errno)),
     }
 }
 

@@ -18,6 +18,16 @@ use std::path::{Path, PathBuf};
 /// Version of the cache layout; a cache root records it in `layout-version`.
 pub const LAYOUT_VERSION: u32 = 1;
 
+/// The directories of a cache root, by name (for `fsutil::untrusted::Dir`, which
+/// opens them without following symlinks).
+pub const ENTRIES_DIR: &str = "entries";
+pub const BY_NAME_DIR: &str = "by-name";
+pub const BUILDING_DIR: &str = "building";
+pub const MEMO_DIR: &str = "memo";
+pub const LEASES_DIR: &str = "leases";
+pub const USED_DIR: &str = "used";
+pub const TRASH_DIR: &str = "trash";
+
 /// Paths below one cache root.
 #[derive(Debug, Clone)]
 pub struct CacheLayout {
@@ -34,7 +44,7 @@ impl CacheLayout {
     }
 
     pub fn entries_dir(&self) -> PathBuf {
-        self.root.join("entries")
+        self.root.join(ENTRIES_DIR)
     }
 
     pub fn entry(&self, short_fingerprint: &str) -> EntryLayout {
@@ -42,7 +52,7 @@ impl CacheLayout {
     }
 
     pub fn by_name_dir(&self) -> PathBuf {
-        self.root.join("by-name")
+        self.root.join(BY_NAME_DIR)
     }
 
     pub fn by_name(&self, name: &str) -> PathBuf {
@@ -51,11 +61,18 @@ impl CacheLayout {
 
     /// What a `by-name` link points at: relative, so the cache can be mounted anywhere.
     pub fn by_name_target(short_fingerprint: &str) -> PathBuf {
-        Path::new("..").join("entries").join(short_fingerprint)
+        Path::new("..").join(ENTRIES_DIR).join(short_fingerprint)
+    }
+
+    /// The entry a `by-name` link's target names, if it has the form ferry writes
+    /// (`../entries/<fp16>`); anything else was not put there by ferry.
+    pub fn by_name_entry(target: &Path) -> Option<&str> {
+        let short = target.strip_prefix(Path::new("..").join(ENTRIES_DIR)).ok()?.to_str()?;
+        crate::cache::manifest::is_short_fingerprint(short).then_some(short)
     }
 
     pub fn building_dir(&self) -> PathBuf {
-        self.root.join("building")
+        self.root.join(BUILDING_DIR)
     }
 
     pub fn build(&self, short_fingerprint: &str) -> BuildLayout {
@@ -63,11 +80,11 @@ impl CacheLayout {
     }
 
     pub fn memo_dir(&self) -> PathBuf {
-        self.root.join("memo")
+        self.root.join(MEMO_DIR)
     }
 
     pub fn leases_dir(&self) -> PathBuf {
-        self.root.join("leases")
+        self.root.join(LEASES_DIR)
     }
 
     pub fn leases(&self, short_fingerprint: &str) -> PathBuf {
@@ -75,7 +92,7 @@ impl CacheLayout {
     }
 
     pub fn used_dir(&self) -> PathBuf {
-        self.root.join("used")
+        self.root.join(USED_DIR)
     }
 
     pub fn used_marker(&self, short_fingerprint: &str) -> PathBuf {
@@ -83,7 +100,7 @@ impl CacheLayout {
     }
 
     pub fn trash_dir(&self) -> PathBuf {
-        self.root.join("trash")
+        self.root.join(TRASH_DIR)
     }
 
     pub fn layout_version_file(&self) -> PathBuf {

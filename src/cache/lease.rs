@@ -6,14 +6,15 @@
 //! heartbeat is recent, or while its holder is a running process on this host.
 //! Works on NFS and Lustre: only `open(O_EXCL)`, `utimensat` and `unlink`.
 
-use std::path::{Path, PathBuf};
-use std::sync::OnceLock;
+use std::path::Path;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, SystemTime};
 
 use serde::{Deserialize, Serialize};
 
-use crate::cache::layout::CacheLayout;
+use crate::cache::layout::{CacheLayout, LEASES_DIR};
 use crate::fsutil;
+use crate::fsutil::untrusted::Dir;
 use crate::ticker::Ticker;
 
 /// How often a holder refreshes its lease, unless the settings say otherwise.
@@ -58,16 +59,22 @@ pub struct LeaseInfo {
     pub started_unix: u64,
 }
 
+/// The largest lease file read; ferry's are about 150 bytes.
+const MAX_LEASE_BYTES: u64 = 64 << 10;
+
 /// A held lease; released (file removed) on drop.
 pub struct Lease {
-    path: PathBuf,
+    /// `leases/<fp16>`, opened without following symlinks: the heartbeat and the
+    /// release go through it, so a directory swapped for a symlink is never touched.
+    dir: Arc<Dir>,
+    name: String,
     _heartbeat: Ticker,
 }
 
 impl Lease {
     pub fn acquire(cache: &CacheLayout, short_fingerprint: &str, kind: &str) -> std::io::Result<Lease> {
-        let dir = cache.leases(short_fingerprint);
-        fsutil::create_dir_all(&dir)?;
+        fsutil::create_dir_all(cache.root())?;
+        let dir = Dir::open(cache.root())?.create_dir(LEASES_DIR)?.create_dir(short_fingerprint)?;
         let info = LeaseInfo {
             host: fsutil::host_name(),
             pid: std::process::id(),
@@ -75,25 +82,32 @@ impl Lease {
             job_id: std::env::var("SLURM_JOB_ID").ok(),
             started_unix: SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| d.as_secs()),
         };
-        let path = dir.join(format!("{}.{}.{}.{}", info.host, info.pid, kind, fsutil::unique_suffix()));
-        fsutil::create_exclusive(&path, &serde_json::to_vec(&info).map_err(std::io::Error::other)?)?;
-        let beating = path.clone();
+        let name = format!("{}.{}.{}.{}", info.host, info.pid, kind, fsutil::unique_suffix());
+        let bytes = serde_json::to_vec(&info).map_err(std::io::Error::other)?;
+        if !dir.create_new(&name, &bytes)? {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::AlreadyExists,
+                format!("{} exists already", dir.display_path(&name).display()),
+            ));
+        }
+        let dir = Arc::new(dir);
+        let (beating, beating_name) = (dir.clone(), name.clone());
         let heartbeat = Ticker::every(liveness().heartbeat, move || {
-            let _ = fsutil::touch(&beating);
+            let _ = beating.touch(&beating_name, false);
         });
-        Ok(Lease { path, _heartbeat: heartbeat })
+        Ok(Lease { dir, name, _heartbeat: heartbeat })
     }
 }
 
 impl Drop for Lease {
     fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.path);
+        let _ = self.dir.remove_file(&self.name);
     }
 }
 
 /// How long ago the file's heartbeat (mtime) was, if it can be read.
 pub fn heartbeat_age(path: &Path) -> Option<Duration> {
-    std::fs::metadata(path).ok()?.modified().ok()?.elapsed().ok()
+    std::fs::symlink_metadata(path).ok()?.modified().ok()?.elapsed().ok()
 }
 
 /// The one liveness rule for leases, shard claims and builders: on this host the
@@ -106,38 +120,63 @@ pub fn holder_alive(holder: Option<(&str, u32)>, heartbeat_age: Option<Duration>
     }
 }
 
-/// Every lease file on an entry with its holder and whether it is live: on this
-/// host the process table decides; elsewhere, the heartbeat.
-fn leases(cache: &CacheLayout, short_fingerprint: &str) -> Vec<(PathBuf, Option<LeaseInfo>, bool)> {
-    let Ok(entries) = std::fs::read_dir(cache.leases(short_fingerprint)) else { return Vec::new() };
-    entries
-        .flatten()
-        .map(|entry| {
-            let path = entry.path();
+/// One lease file: its name, its holder if readable, and whether it is live.
+struct LeaseFile {
+    name: String,
+    info: Option<LeaseInfo>,
+    alive: bool,
+}
+
+/// An entry's lease directory and every lease file in it. The directory is opened
+/// without following symlinks, and each file is read only if regular and small.
+/// An entry nobody ever leased has no directory: `None`.
+fn leases(cache: &CacheLayout, short_fingerprint: &str) -> std::io::Result<Option<(Dir, Vec<LeaseFile>)>> {
+    let root = match Dir::open(cache.root()) {
+        Ok(root) => root,
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(err) => return Err(err),
+    };
+    let Some(dir) = root.open_dir_if_exists(Path::new(LEASES_DIR).join(short_fingerprint))? else {
+        return Ok(None);
+    };
+    let files = dir
+        .list()?
+        .into_iter()
+        .map(|item| {
             let info: Option<LeaseInfo> =
-                std::fs::read(&path).ok().and_then(|bytes| serde_json::from_slice(&bytes).ok());
-            let alive = holder_alive(info.as_ref().map(|i| (i.host.as_str(), i.pid)), heartbeat_age(&path));
-            (path, info, alive)
+                dir.read(&item.name, MAX_LEASE_BYTES).ok().and_then(|bytes| serde_json::from_slice(&bytes).ok());
+            let age = dir.stat(&item.name).ok().and_then(|stat| {
+                let modified = SystemTime::UNIX_EPOCH + Duration::from_secs(stat.st_mtime.max(0) as u64);
+                modified.elapsed().ok()
+            });
+            let alive = holder_alive(info.as_ref().map(|i| (i.host.as_str(), i.pid)), age);
+            LeaseFile { name: item.name, info, alive }
         })
-        .collect()
+        .collect();
+    Ok(Some((dir, files)))
 }
 
-/// The live leases on an entry.
-pub fn live_leases(cache: &CacheLayout, short_fingerprint: &str) -> Vec<LeaseInfo> {
-    leases(cache, short_fingerprint)
-        .into_iter()
-        .filter(|(_, _, alive)| *alive)
-        .filter_map(|(_, info, _)| info)
-        .collect()
+/// The live leases on an entry. An error (a symlink where the lease directory
+/// should be) means nobody can tell: callers about to delete keep the entry.
+pub fn live_leases(cache: &CacheLayout, short_fingerprint: &str) -> std::io::Result<Vec<LeaseInfo>> {
+    let Some((_, files)) = leases(cache, short_fingerprint)? else { return Ok(Vec::new()) };
+    Ok(files.into_iter().filter(|f| f.alive).filter_map(|f| f.info).collect())
 }
 
-/// Removes the lease files of dead holders; returns how many.
+/// Removes the lease files of dead holders; returns how many. Only names inside
+/// the lease directory are removed, never what a symlink there points at.
 pub fn remove_dead_leases(cache: &CacheLayout, short_fingerprint: &str) -> usize {
-    leases(cache, short_fingerprint)
-        .into_iter()
-        .filter(|(_, _, alive)| !alive)
-        .filter(|(path, _, _)| std::fs::remove_file(path).is_ok())
-        .count()
+    let Ok(Some((dir, files))) = leases(cache, short_fingerprint) else { return 0 };
+    files.into_iter().filter(|f| !f.alive).filter(|f| dir.remove_file(&f.name).is_ok()).count()
+}
+
+/// Removes an entry's lease directory if it is empty.
+pub fn remove_lease_dir(cache: &CacheLayout, short_fingerprint: &str) {
+    if let Ok(root) = Dir::open(cache.root())
+        && let Ok(Some(leases)) = root.open_dir_if_exists(LEASES_DIR)
+    {
+        let _ = leases.remove_empty_dir(short_fingerprint);
+    }
 }
 
 #[cfg(test)]
@@ -149,11 +188,11 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let cache = CacheLayout::new(dir.path());
         let lease = Lease::acquire(&cache, "abcd", "stage").unwrap();
-        let live = live_leases(&cache, "abcd");
+        let live = live_leases(&cache, "abcd").unwrap();
         assert_eq!(live.len(), 1);
         assert_eq!(live[0].pid, std::process::id());
         drop(lease);
-        assert!(live_leases(&cache, "abcd").is_empty());
+        assert!(live_leases(&cache, "abcd").unwrap().is_empty());
     }
 
     #[test]
@@ -171,7 +210,7 @@ mod tests {
             started_unix: 0,
         };
         std::fs::write(leases.join("x"), serde_json::to_vec(&info).unwrap()).unwrap();
-        assert!(live_leases(&cache, "abcd").is_empty());
+        assert!(live_leases(&cache, "abcd").unwrap().is_empty());
         assert!(leases.join("x").exists(), "looking does not remove");
         assert_eq!(remove_dead_leases(&cache, "abcd"), 1);
         assert!(!leases.join("x").exists());

@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 use crate::cache::encoder::EncoderKind;
 use crate::cache::input_file::InputFile;
 use crate::cache::writer::WrittenFile;
+use crate::fsutil::untrusted;
 
 /// Bump on incompatible changes; readers refuse versions they do not know.
 pub const MANIFEST_VERSION: u32 = 1;
@@ -142,25 +143,144 @@ pub enum ManifestError {
     Invalid { path: String, message: String },
 }
 
+/// The largest manifest read: one of an entry with 100,000 files is about 20 MB.
+pub const MAX_MANIFEST_BYTES: u64 = 64 << 20;
+
 impl Manifest {
+    /// Reads and checks a manifest. Anyone who can write to a shared cache can
+    /// write one, so it is read only if a regular file of bounded size, and every
+    /// name and path in it must be plain (see `check`).
     pub fn load(path: &Path) -> Result<Manifest, ManifestError> {
         let shown = path.display().to_string();
-        let bytes = std::fs::read(path).map_err(|source| ManifestError::Read { path: shown.clone(), source })?;
-        let manifest: Manifest = serde_json::from_slice(&bytes)
-            .map_err(|err| ManifestError::Invalid { path: shown.clone(), message: err.to_string() })?;
-        if manifest.manifest_version != MANIFEST_VERSION {
+        let bytes = untrusted::read_regular(path, MAX_MANIFEST_BYTES)
+            .map_err(|source| ManifestError::Read { path: shown.clone(), source })?;
+        Manifest::parse(&bytes).map_err(|message| ManifestError::Invalid { path: shown, message })
+    }
+
+    /// The manifest of the entry in `entry_dir`, a directory named by the entry's
+    /// short fingerprint (in a cache or a destination), checked to name that entry.
+    pub fn load_entry(entry_dir: &Path) -> Result<Manifest, ManifestError> {
+        let path = entry_dir.join(crate::cache::layout::MANIFEST_FILE);
+        let manifest = Manifest::load(&path)?;
+        let directory = entry_dir.file_name().map(|n| n.to_string_lossy()).unwrap_or_default();
+        if manifest.short_fingerprint() != directory {
             return Err(ManifestError::Invalid {
-                path: shown,
-                message: format!(
-                    "manifest version {} is not {MANIFEST_VERSION}; this entry was made by another ferry version",
-                    manifest.manifest_version
-                ),
+                path: path.display().to_string(),
+                message: format!("it names entry {}, but lies in {directory}", manifest.short_fingerprint()),
             });
         }
         Ok(manifest)
     }
 
+    /// Parses and checks a manifest's bytes.
+    pub fn parse(bytes: &[u8]) -> Result<Manifest, String> {
+        let manifest: Manifest = serde_json::from_slice(bytes).map_err(|err| err.to_string())?;
+        manifest.check()?;
+        Ok(manifest)
+    }
+
+    /// What ferry relies on before it joins anything from a manifest to a path:
+    /// a known version, a fingerprint of 64 hex digits (its first 16 name
+    /// directories), and plain names and relative paths (no `..`, no absolute path),
+    /// so that no manifest can steer a stage, gc or verify outside the entry.
+    fn check(&self) -> Result<(), String> {
+        if self.manifest_version != MANIFEST_VERSION {
+            return Err(format!(
+                "manifest version {} is not {MANIFEST_VERSION}; this entry was made by another ferry version",
+                self.manifest_version
+            ));
+        }
+        if !is_hex_digest(&self.fingerprint) {
+            return Err(format!("fingerprint {:?} is not 64 lowercase hex digits", self.fingerprint));
+        }
+        untrusted::check_name(&self.name).map_err(|why| format!("name: {why}"))?;
+        for (split, record) in &self.splits {
+            untrusted::check_name(split).map_err(|why| format!("split name: {why}"))?;
+            for file in &record.data_files {
+                untrusted::check_relative(file).map_err(|why| format!("split {split}: {why}"))?;
+            }
+        }
+        for file in &self.files {
+            untrusted::check_relative(&file.path).map_err(|why| format!("files: {why}"))?;
+            if file.path == crate::cache::layout::MANIFEST_FILE {
+                return Err("files: lists the manifest itself".into());
+            }
+            if !is_hex_digest(&file.blake3) {
+                return Err(format!("files: {}: blake3 {:?} is not 64 lowercase hex digits", file.path, file.blake3));
+            }
+        }
+        Ok(())
+    }
+
     pub fn short_fingerprint(&self) -> &str {
-        &self.fingerprint[..16.min(self.fingerprint.len())]
+        // `check` made it 64 ASCII hex digits.
+        &self.fingerprint[..16]
+    }
+}
+
+/// Whether `text` is a blake3 digest as ferry writes it: 64 lowercase hex digits.
+pub fn is_hex_digest(text: &str) -> bool {
+    text.len() == 64 && text.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+}
+
+/// Whether `name` can be an entry's directory: 16 lowercase hex digits. Anything
+/// else in `entries/` was not put there by ferry.
+pub fn is_short_fingerprint(name: &str) -> bool {
+    name.len() == 16 && name.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn manifest_json() -> serde_json::Value {
+        serde_json::json!({
+            "manifest_version": MANIFEST_VERSION,
+            "fingerprint": "ab".repeat(32),
+            "name": "pile",
+            "tool_version": "0",
+            "created_unix": 0,
+            "spec": {},
+            "tokenizer": {"source": "builtin", "blake3": "00", "vocab_size": 1, "encoder": "tokenizers",
+                          "fast_unavailable": null, "bos_id": null, "eos_id": null},
+            "splits": {"train": {"inputs": [], "data_files": ["train/data-00000-of-00001.arrow"],
+                                 "documents": 0, "filtered_documents": 0, "skipped_records": {}, "rows": 0,
+                                 "tokens": 0, "remainder_tokens": 0, "truncated_tokens": 0, "input_bytes": 0}},
+            "files": [{"path": "train/data-00000-of-00001.arrow", "size": 1, "blake3": "cd".repeat(32),
+                       "rows": 0, "tokens": 0}],
+            "totals": {"documents": 0, "filtered_documents": 0, "skipped_records": {}, "rows": 0, "tokens": 0,
+                       "remainder_tokens": 0, "truncated_tokens": 0, "input_bytes": 0, "bytes": 1},
+            "timings": {"hash_inputs_seconds": 0.0, "tokenize_seconds": 0.0, "publish_seconds": 0.0,
+                        "total_seconds": 0.0},
+            "build": {"host": "h", "pid": 1, "workers": 1, "shards_tokenized_here": 1, "shards_total": 1}
+        })
+    }
+
+    fn parse(value: &serde_json::Value) -> Result<Manifest, String> {
+        Manifest::parse(&serde_json::to_vec(value).unwrap())
+    }
+
+    #[test]
+    fn a_well_formed_manifest_parses() {
+        let manifest = parse(&manifest_json()).unwrap();
+        assert_eq!(manifest.short_fingerprint(), "abababababababab");
+    }
+
+    #[test]
+    fn paths_and_names_that_leave_the_entry_are_refused() {
+        let cases: [(&str, serde_json::Value); 7] = [
+            ("/files/0/path", "s/../../../home/victim/notes.txt".into()),
+            ("/files/0/path", "/etc/passwd".into()),
+            ("/files/0/path", "manifest.json".into()),
+            ("/name", "../../..".into()),
+            ("/fingerprint", "../../../../tmp/x".into()),
+            ("/splits/train/data_files/0", "../x".into()),
+            ("/files/0/blake3", "zz".into()),
+        ];
+        for (pointer, value) in cases {
+            let mut json = manifest_json();
+            *json.pointer_mut(pointer).unwrap() = value.clone();
+            assert!(parse(&json).is_err(), "{pointer} = {value} was accepted");
+        }
     }
 }

@@ -13,8 +13,8 @@ pub fn memoized_hash<E>(
     compute: impl FnOnce() -> Result<blake3::Hash, E>,
 ) -> Result<blake3::Hash, E> {
     let memo_path = dir.join(key);
-    if let Ok(text) = std::fs::read_to_string(&memo_path)
-        && let Ok(hash) = blake3::Hash::from_hex(text.trim())
+    if let Ok(bytes) = fsutil::untrusted::read_regular(&memo_path, 1024)
+        && let Ok(hash) = blake3::Hash::from_hex(String::from_utf8_lossy(&bytes).trim())
     {
         return Ok(hash);
     }

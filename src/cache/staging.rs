@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::cache::destination::DestLayout;
 use crate::fsutil;
+use crate::fsutil::untrusted;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -91,8 +92,13 @@ pub fn write(dest: &Path, state: &StageState) -> std::io::Result<()> {
     fsutil::write_atomic_unsynced(&state_path(dest, &state.id), &bytes)
 }
 
+/// The largest state file read; ferry's are under 1 KiB plus an error message.
+const MAX_STATE_BYTES: u64 = 1 << 20;
+
+/// Reads a state file: only a regular file of bounded size (whoever owns the
+/// destination could put a FIFO or a link to `/dev/zero` there).
 pub fn read(path: &Path) -> Option<StageState> {
-    serde_json::from_slice(&std::fs::read(path).ok()?).ok()
+    serde_json::from_slice(&untrusted::read_regular(path, MAX_STATE_BYTES).ok()?).ok()
 }
 
 /// Every staging state in a destination.

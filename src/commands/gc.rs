@@ -28,13 +28,7 @@ fn print_report(report: &GcReport) -> std::io::Result<()> {
     let verb = if report.dry_run { "would remove" } else { "removed" };
     for action in &report.removed {
         let name = if action.name.is_empty() { String::new() } else { format!(" ({})", action.name) };
-        out!(
-            "{verb} {} {}{name}: {}, {}",
-            action.kind.replace('_', " "),
-            action.path,
-            bytesize::ByteSize(action.bytes),
-            action.reason
-        )?;
+        out!("{verb} {} {}{name}: {}, {}", action.kind, action.path, bytesize::ByteSize(action.bytes), action.reason)?;
     }
     for short in &report.kept_in_use {
         out!("kept {short}: in use (a live stage or build holds a lease)")?;

@@ -112,7 +112,7 @@ fn read_list(path: &Path) -> anyhow::Result<String> {
 /// destination lock as soon as this process releases it.
 fn start_background(plan: &StagePlan, options: &StageOptions, cache: &CacheLayout) -> anyhow::Result<()> {
     let dest = &options.dest;
-    let (lock, _) = stage::lock_destination(dest)?;
+    let lock = stage::lock_destination(dest)?;
     let missing: Vec<&str> = stage::pending_files(plan, options.verify).iter().map(|f| f.relative.as_str()).collect();
     stage::build_mirror(plan, dest, &missing)?;
     let exe = std::env::current_exe().context("finding the ferry executable")?;

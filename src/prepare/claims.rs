@@ -13,6 +13,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::cache::lease;
 use crate::fsutil;
+use crate::fsutil::untrusted;
 use crate::ticker::Ticker;
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -103,7 +104,8 @@ impl Claims {
 /// exists; elsewhere its heartbeat is older than the stale age.
 pub fn owner_is_dead(path: &Path) -> bool {
     let Some(age) = lease::heartbeat_age(path) else { return false };
-    let owner: Option<Owner> = std::fs::read(path).ok().and_then(|bytes| serde_json::from_slice(&bytes).ok());
+    let owner: Option<Owner> =
+        untrusted::read_regular(path, 64 << 10).ok().and_then(|bytes| serde_json::from_slice(&bytes).ok());
     !lease::holder_alive(owner.as_ref().map(|o| (o.host.as_str(), o.pid)), Some(age))
 }
 

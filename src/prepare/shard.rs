@@ -11,6 +11,7 @@ use serde::{Deserialize, Serialize};
 use crate::cache::layout::BuildLayout;
 use crate::cache::manifest::{Counts, InputRecord};
 use crate::cache::writer::{Columns, WriteError, WrittenFile};
+use crate::fsutil::untrusted;
 use crate::inputs::InputFile;
 use crate::source::{self, Document, RecordProblem, Selector, SourceError};
 use crate::spec::Spec;
@@ -95,7 +96,8 @@ impl ShardContext<'_> {
     /// The shard's record if it was finished before with this encoder and its
     /// part files are all still there.
     pub fn finished_record(&self, task: &ShardTask, kind: EncoderKind) -> Option<ShardRecord> {
-        let bytes = std::fs::read(self.build.shard_record(&task.split, task.shard)).ok()?;
+        // Others may write the build directory: a regular file of bounded size only.
+        let bytes = untrusted::read_regular(&self.build.shard_record(&task.split, task.shard), 16 << 20).ok()?;
         let record: ShardRecord = serde_json::from_slice(&bytes).ok()?;
         let same_input = record.input.blake3 == task.hash.to_hex().as_str();
         let parts_present = record.files.iter().chain(&record.format_files).all(|file| {

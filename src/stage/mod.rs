@@ -163,7 +163,8 @@ pub fn stage(plan: &StagePlan, options: &StageOptions) -> Result<StageReport, St
         },
         PlanKind::DropIn => None,
     };
-    let (_lock, waited) = lock_destination(dest)?;
+    let lock = lock_destination(dest)?;
+    let waited = lock.waited;
     tracing::debug!(seconds = started.elapsed().as_secs_f64(), "space checked, destination locked");
     let previous_done = state::read(&state::state_path(dest, &plan.id)).is_some_and(|s| s.phase == Phase::Done);
     let mut current = new_state(plan, options, Phase::Mirroring);

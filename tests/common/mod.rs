@@ -182,3 +182,4 @@ pub fn python() -> Option<PathBuf> {
 pub fn python_script(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests").join("python").join(name)
 }
+pub mod users;

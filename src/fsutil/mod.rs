@@ -11,6 +11,8 @@ use std::path::Path;
 
 use fs_err as fs;
 
+pub mod untrusted;
+
 /// Writes `bytes` to `path` so that readers see either the old file or the whole
 /// new one: a temporary file in the same directory, synced, then renamed.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> io::Result<()> {
