@@ -362,6 +362,8 @@ pub fn collect_destination(dest: &Path, policy: &GcPolicy, dry_run: bool) -> Res
     };
     let mut report = GcReport { dry_run, ..GcReport::default() };
     let layout = DestLayout::new(dest);
+    // A destination that does not exist is a wrong --dest (named once, here).
+    std::fs::metadata(dest).map_err(io(dest))?;
     let root = Dir::open(dest).map_err(io(dest))?;
     // A destination never staged into has nothing to collect.
     if root.open_dir_if_exists(CONTROL_DIR).map_err(io(dest))?.is_none() {

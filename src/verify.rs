@@ -1,12 +1,11 @@
 //! Re-hashes an entry's files (in parallel) and reports every
 //! file whose size or blake3 differs from the manifest.
 
-use std::path::Path;
-
 use rayon::prelude::*;
 use serde::Serialize;
 
 use crate::cache::manifest::Manifest;
+use crate::fsutil::untrusted::Dir;
 
 #[derive(Debug, Clone, Serialize)]
 pub struct FileProblem {
@@ -24,17 +23,18 @@ pub struct VerifyReport {
     pub problems: Vec<FileProblem>,
 }
 
-/// Checks the copy of `manifest`'s entry found at `root` (the cache's or a staged one).
-pub fn verify_entry(root: &Path, manifest: &Manifest) -> VerifyReport {
+/// Checks the copy of `manifest`'s entry in `entry` (the cache's or a staged one),
+/// opened without following symlinks: every file is opened below it the same way,
+/// so a link planted in a shared cache is reported, never hashed through.
+pub fn verify_entry(entry: &Dir, manifest: &Manifest) -> VerifyReport {
     let mut problems: Vec<FileProblem> = manifest
         .files
         .par_iter()
         .filter_map(|file| {
-            let path = root.join(&file.path);
-            let problem = match std::fs::metadata(&path) {
+            let problem = match entry.open_file(&file.path).and_then(|f| Ok((f.metadata()?.len(), f))) {
                 Err(err) => Some(format!("cannot read: {err}")),
-                Ok(meta) if meta.len() != file.size => Some(format!("size {} instead of {}", meta.len(), file.size)),
-                Ok(_) => match crate::fsutil::blake3_of_file(&path) {
+                Ok((size, _)) if size != file.size => Some(format!("size {size} instead of {}", file.size)),
+                Ok((_, opened)) => match crate::fsutil::blake3_of_reader(opened) {
                     Err(err) => Some(format!("cannot read: {err}")),
                     Ok(found) => {
                         let found = found.to_hex();
@@ -42,14 +42,14 @@ pub fn verify_entry(root: &Path, manifest: &Manifest) -> VerifyReport {
                     }
                 },
             };
-            problem.map(|problem| FileProblem { path: path.display().to_string(), problem })
+            problem.map(|problem| FileProblem { path: entry.display_path(&file.path).display().to_string(), problem })
         })
         .collect();
     problems.sort_by(|a, b| a.path.cmp(&b.path));
     VerifyReport {
         name: manifest.name.clone(),
         fingerprint: manifest.fingerprint.clone(),
-        root: root.display().to_string(),
+        root: entry.path().display().to_string(),
         files: manifest.files.len(),
         bytes: manifest.files.iter().map(|f| f.size).sum(),
         problems,

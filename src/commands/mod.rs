@@ -26,7 +26,7 @@ use std::path::PathBuf;
 use anyhow::{Context, bail};
 
 use crate::cache::layout::CacheLayout;
-use crate::cache::manifest::Manifest;
+use crate::cache::manifest::{Manifest, is_short_fingerprint};
 use crate::cli::{Cli, Command};
 use crate::progress::ProgressMode;
 use crate::settings::Settings;
@@ -114,10 +114,13 @@ pub fn find_entry(cache: &CacheLayout, prefix: &str) -> anyhow::Result<Manifest>
     let matches: Vec<String> = entries
         .flatten()
         .map(|e| e.file_name().to_string_lossy().into_owned())
+        // Only directories named by a fingerprint: any other name was not published
+        // by ferry (and a short one would match every prefix).
+        .filter(|name| is_short_fingerprint(name))
         .filter(|name| !prefix.is_empty() && (name.starts_with(&prefix) || prefix.starts_with(name.as_str())))
         .collect();
     match matches.as_slice() {
-        [one] => Ok(Manifest::load(&cache.entry(one).manifest())?),
+        [one] => Ok(Manifest::load_entry(cache.entry(one).root())?),
         [] => bail!(UserError(format!("no entry {prefix} in {}; `ferry status` lists them", cache.root().display()))),
         many => {
             bail!(UserError(format!("{prefix} matches {} entries ({}); give more digits", many.len(), many.join(", "))))

@@ -6,8 +6,9 @@ use anyhow::bail;
 
 use super::{UserError, find_entry};
 use crate::cache::destination::DestLayout;
-use crate::cache::layout::{CacheLayout, EntryLayout};
-use crate::cache::manifest::Manifest;
+use crate::cache::layout::{CacheLayout, ENTRIES_DIR};
+use crate::cache::manifest::{Manifest, is_short_fingerprint};
+use crate::fsutil::untrusted::Dir;
 use crate::verify::{self, VerifyReport};
 
 pub fn run(
@@ -18,35 +19,39 @@ pub fn run(
     as_json: bool,
 ) -> anyhow::Result<()> {
     let cache = CacheLayout::new(cache_root);
-    // (manifest, where its files are)
-    let mut targets: Vec<(Manifest, std::path::PathBuf)> = Vec::new();
+    // (manifest, the entry's directory opened without following symlinks)
+    let mut targets: Vec<(Manifest, Dir)> = Vec::new();
+    let in_entries = |root: &Path, short: &str| -> anyhow::Result<Dir> {
+        Ok(Dir::open(root)?.open_dir(Path::new(ENTRIES_DIR).join(short))?)
+    };
     match (dest, fingerprint) {
         (Some(dest), _) => {
             for item in fs_err::read_dir(DestLayout::new(dest).mirror().entries_dir())?.flatten() {
                 let short = item.file_name().to_string_lossy().into_owned();
                 let staged = item.path().symlink_metadata().is_ok_and(|m| m.is_dir());
-                if !staged || fingerprint.is_some_and(|f| !short.starts_with(f)) {
+                if !staged || !is_short_fingerprint(&short) || fingerprint.is_some_and(|f| !short.starts_with(f)) {
                     continue;
                 }
-                let entry = EntryLayout::new(item.path());
-                targets.push((Manifest::load(&entry.manifest())?, item.path()));
+                targets.push((Manifest::load_entry(&item.path())?, in_entries(dest, &short)?));
             }
         }
         (None, Some(prefix)) => {
             let manifest = find_entry(&cache, prefix)?;
-            let root = cache.entry(manifest.short_fingerprint()).root().to_path_buf();
-            targets.push((manifest, root));
+            let entry = in_entries(cache.root(), manifest.short_fingerprint())?;
+            targets.push((manifest, entry));
         }
         (None, None) if all => {
             for item in fs_err::read_dir(cache.entries_dir())?.flatten() {
-                let root = item.path();
-                targets.push((Manifest::load(&EntryLayout::new(&root).manifest())?, root));
+                let short = item.file_name().to_string_lossy().into_owned();
+                if is_short_fingerprint(&short) {
+                    targets.push((Manifest::load_entry(&item.path())?, in_entries(cache.root(), &short)?));
+                }
             }
         }
         (None, None) => bail!(UserError("give a fingerprint, --all, or --dest".into())),
     }
     let reports: Vec<VerifyReport> =
-        targets.iter().map(|(manifest, root)| verify::verify_entry(root, manifest)).collect();
+        targets.iter().map(|(manifest, entry)| verify::verify_entry(entry, manifest)).collect();
     if as_json {
         out!("{}", serde_json::to_string_pretty(&reports)?)?;
     } else {

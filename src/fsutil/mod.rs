@@ -117,10 +117,14 @@ pub fn touch(path: &Path) -> io::Result<()> {
 /// the file's size (a memory map would count the whole file in the process's
 /// resident size); each block is hashed on every core.
 pub fn blake3_of_file(path: &Path) -> io::Result<blake3::Hash> {
+    // std, not fs_err: callers name the path in their own errors.
+    blake3_of_reader(std::fs::File::open(path)?)
+}
+
+/// The blake3 of everything `file` reads, in blocks (see `blake3_of_file`).
+pub fn blake3_of_reader(mut file: impl io::Read) -> io::Result<blake3::Hash> {
     use std::io::Read;
     const BLOCK: usize = 8 << 20;
-    // std, not fs_err: callers name the path in their own errors.
-    let mut file = std::fs::File::open(path)?;
     let mut hasher = blake3::Hasher::new();
     let mut block = Vec::with_capacity(BLOCK);
     loop {

@@ -125,6 +125,24 @@ fn described(errno: Errno, path: &Path) -> io::Error {
     io::Error::new(error.kind(), message)
 }
 
+/// Removes `relative` below `root` and everything in it, following no symlink on
+/// the way or inside. Nothing there is no error.
+pub fn remove_tree_below(root: &Path, relative: &Path) -> io::Result<()> {
+    let (Some(parent), Some(name)) = (relative.parent(), relative.file_name().and_then(OsStr::to_str)) else {
+        return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("{}: nothing to remove", relative.display())));
+    };
+    let root = Dir::open(root)?;
+    let dir = if parent.as_os_str().is_empty() { Some(root) } else { root.open_dir_if_exists(parent)? };
+    dir.map_or(Ok(()), |dir| dir.remove_tree(name))
+}
+
+/// Opening a symlink with `O_DIRECTORY | O_NOFOLLOW` answers ENOTDIR: say ELOOP
+/// when a symlink stands there, so the message names the real cause.
+fn symlink_refused(errno: Errno, path: &Path) -> Errno {
+    let is_link = || std::fs::symlink_metadata(path).is_ok_and(|meta| meta.file_type().is_symlink());
+    if errno == Errno::NOTDIR && is_link() { Errno::LOOP } else { errno }
+}
+
 /// Whether the kernel has `openat2`; after the first refusal, paths are resolved
 /// one component at a time.
 static HAVE_OPENAT2: AtomicBool = AtomicBool::new(true);
@@ -388,10 +406,11 @@ impl Dir {
                 Err(Errno::NOSYS | Errno::PERM) => HAVE_OPENAT2.store(false, Ordering::Relaxed),
                 // openat2 refuses a racing rename with EAGAIN; the walk below has no such case.
                 Err(Errno::AGAIN) => {}
-                Err(errno) => return Err(described(errno, &shown())),
+                Err(errno) => return Err(described(symlink_refused(errno, &shown()), &shown())),
             }
         }
-        self.resolve_by_components(relative, flags, mode).map_err(|errno| described(errno, &shown()))
+        self.resolve_by_components(relative, flags, mode)
+            .map_err(|errno| described(symlink_refused(errno, &shown()), &shown()))
     }
 
     fn resolve_by_components(&self, relative: &Path, flags: OFlags, mode: Mode) -> Result<OwnedFd, Errno> {
@@ -497,6 +516,8 @@ mod tests {
         let root = Dir::open(dir.path()).unwrap();
         let flags = read_flags();
         assert!(root.resolve_by_components(Path::new("real/f"), flags, Mode::empty()).is_ok());
-        assert_eq!(root.resolve_by_components(Path::new("link/f"), flags, Mode::empty()).unwrap_err(), Errno::LOOP);
+        let refused = root.resolve_by_components(Path::new("link/f"), flags, Mode::empty()).unwrap_err();
+        // A symlink opened as a directory with O_NOFOLLOW: ENOTDIR, or ELOOP on some kernels.
+        assert!(matches!(refused, Errno::NOTDIR | Errno::LOOP), "{refused:?}");
     }
 }

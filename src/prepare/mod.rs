@@ -9,18 +9,18 @@ mod record;
 mod shard;
 mod together;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use crate::cache::build_progress::BuildProgress;
-use crate::cache::layout::{BuildLayout, CacheLayout, EntryLayout};
+use crate::cache::layout::{BUILDING_DIR, BuildLayout, CacheLayout, EntryLayout, USED_DIR};
 use crate::cache::lease::Lease;
 use crate::cache::manifest::{BuildRecord, Manifest, ManifestError};
 use crate::cache::writer::{Columns, WriteError};
 use crate::fingerprint::{Fingerprint, FingerprintInputs};
-use crate::fsutil;
+use crate::fsutil::{self, untrusted};
 use crate::inputs::{self, ContentHashMemo, InputError, SplitInputs};
 use crate::progress::{self, ProgressMode, Reporter};
 use crate::source::Selector;
@@ -148,7 +148,7 @@ pub fn prepare(spec: &Spec, cache: &CacheLayout, options: &PrepareOptions) -> Re
         Together::PublishedElsewhere { tokenized_here } => {
             // A task that set up the build directory while another published leaves
             // it behind otherwise; whoever leaves last removes it.
-            let _ = fs_err::remove_dir_all(build.root());
+            let _ = untrusted::remove_tree_below(cache.root(), &Path::new(BUILDING_DIR).join(&short));
             let (entry, manifest) = published(cache, &located.fingerprint)?.ok_or_else(|| PrepareError::Io {
                 doing: "waiting for the entry",
                 source: std::io::Error::other("the publisher finished but the entry is missing"),
@@ -179,7 +179,7 @@ pub fn prepare(spec: &Spec, cache: &CacheLayout, options: &PrepareOptions) -> Re
     let entry = cache.entry(&short);
     if won {
         // Published: the build directory has served its purpose.
-        let _ = fs_err::remove_dir_all(build.root());
+        let _ = untrusted::remove_tree_below(cache.root(), &Path::new(BUILDING_DIR).join(&short));
     } else {
         manifest = Manifest::load(&entry.manifest())?;
     }
@@ -311,12 +311,12 @@ fn progress_ticker(build: &BuildLayout, spec: &Spec, fingerprint: &Fingerprint, 
 /// Records a use of the entry: the mtime of `used/<fp16>`. Cheap, and never
 /// rewrites the manifest.
 pub fn mark_used(cache: &CacheLayout, short_fingerprint: &str) {
-    let marker = cache.used_marker(short_fingerprint);
-    let result = fsutil::create_dir_all(&cache.used_dir()).and_then(|()| {
-        let file = fs_err::OpenOptions::new().create(true).truncate(false).write(true).open(&marker)?;
-        file.set_modified(SystemTime::now())
-    });
+    // Through the directory, never following a symlink planted at `used/` or at the marker.
+    let result = fsutil::create_dir_all(cache.root())
+        .and_then(|()| untrusted::Dir::open(cache.root()))
+        .and_then(|root| root.create_dir(USED_DIR))
+        .and_then(|used| used.touch(short_fingerprint, true));
     if let Err(err) = result {
-        tracing::warn!(path = %marker.display(), error = %err, "cannot record the entry's last use");
+        tracing::warn!(path = %cache.used_marker(short_fingerprint).display(), error = %err, "cannot record the entry's last use");
     }
 }

@@ -7,7 +7,7 @@ use crate::cache::formats::{self, Formats, SplitShards};
 use crate::cache::layout::{BuildLayout, CacheLayout, EntryLayout, data_file_name};
 use crate::cache::manifest::Manifest;
 use crate::cache::writer::{self, Columns, WrittenFile};
-use crate::fsutil;
+use crate::fsutil::{self, untrusted};
 
 use super::PrepareError;
 use super::shard::ShardRecord;
@@ -32,9 +32,8 @@ pub fn assemble(
     short_fingerprint: &str,
 ) -> Result<Assembly, PrepareError> {
     let assembly = build.assembly(&fsutil::host_name(), std::process::id());
-    if assembly.root().exists() {
-        fs_err::remove_dir_all(assembly.root()).map_err(PrepareError::io("clearing an old assembly"))?;
-    }
+    untrusted::remove_tree_below(build.root(), Path::new(assembly_name(&assembly)))
+        .map_err(PrepareError::io("clearing an old assembly"))?;
     let mut files = Vec::new();
     let mut data_files = BTreeMap::new();
     for (split, shards) in records {
@@ -109,10 +108,15 @@ pub fn publish(cache: &CacheLayout, assembly: EntryLayout, manifest: &Manifest) 
     let target = cache.entry(short);
     let won =
         fsutil::rename_no_replace(assembly.root(), target.root()).map_err(PrepareError::io("publishing the entry"))?;
-    if !won {
-        let _ = fs_err::remove_dir_all(assembly.root());
+    if !won && let Some(build) = assembly.root().parent() {
+        let _ = untrusted::remove_tree_below(build, Path::new(assembly_name(&assembly)));
     }
     Ok(won)
+}
+
+/// The assembly directory's name inside its build directory.
+fn assembly_name(assembly: &EntryLayout) -> &str {
+    assembly.root().file_name().and_then(|name| name.to_str()).unwrap_or_default()
 }
 
 /// Points `by-name/<name>` at the entry.

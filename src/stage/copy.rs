@@ -9,18 +9,37 @@ use std::fs::File;
 use std::io::{self, Read, Write};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 
 use super::landing::Landing;
+use crate::fsutil::untrusted::Dir;
 
 /// Files above this size are split into chunks of this size.
 const CHUNK_BYTES: u64 = 64 << 20;
 const BUFFER_BYTES: usize = 1 << 20;
 
+/// Where a copy reads from: a file below a directory opened without following
+/// symlinks (a cache entry others may write), opened only if regular.
+#[derive(Debug, Clone)]
+pub struct Source {
+    pub dir: Arc<Dir>,
+    pub relative: String,
+}
+
+impl Source {
+    fn open(&self) -> io::Result<File> {
+        self.dir.open_file(&self.relative)
+    }
+
+    pub fn path(&self) -> PathBuf {
+        self.dir.display_path(&self.relative)
+    }
+}
+
 #[derive(Debug, Clone)]
 pub struct CopyJob {
-    pub source: PathBuf,
+    pub source: Source,
     pub dest: PathBuf,
     pub size: u64,
     /// Expected blake3 (hex), checked while copying with `verify`.
@@ -49,6 +68,10 @@ pub enum CopyError {
 
 fn io_error<'a>(doing: &'static str, path: &'a Path) -> impl FnOnce(io::Error) -> CopyError + 'a {
     move |source| CopyError::Io { doing, path: path.to_path_buf(), source }
+}
+
+fn source_error<'a>(doing: &'static str, job: &'a CopyJob) -> impl FnOnce(io::Error) -> CopyError + 'a {
+    move |source| CopyError::Io { doing, path: job.source.path(), source }
 }
 
 /// A unit of work: a whole file, or one chunk of a big file.
@@ -137,10 +160,10 @@ pub fn copy_all(jobs: &[CopyJob], in_flight: usize, verify: bool, counters: &Cop
 
 /// Opens a source and checks its size against the plan's before any byte is copied.
 fn open_source(job: &CopyJob) -> Result<File, CopyError> {
-    let source = File::open(&job.source).map_err(io_error("opening", &job.source))?;
-    let found = source.metadata().map_err(io_error("checking", &job.source))?.len();
+    let source = job.source.open().map_err(source_error("opening", job))?;
+    let found = source.metadata().map_err(source_error("checking", job))?.len();
     if found != job.size {
-        return Err(CopyError::Size { path: job.source.clone(), expected: job.size, found });
+        return Err(CopyError::Size { path: job.source.path(), expected: job.size, found });
     }
     Ok(source)
 }
@@ -190,7 +213,7 @@ fn copy_hashing(source: &mut File, dest: &mut File, job: &CopyJob, counters: &Co
     let mut copied = 0u64;
     with_buffer(|buffer| {
         loop {
-            let n = source.read(buffer).map_err(io_error("reading", &job.source))?;
+            let n = source.read(buffer).map_err(source_error("reading", job))?;
             if n == 0 {
                 break;
             }
@@ -202,12 +225,12 @@ fn copy_hashing(source: &mut File, dest: &mut File, job: &CopyJob, counters: &Co
         Ok(())
     })?;
     if copied != job.size {
-        return Err(CopyError::Size { path: job.source.clone(), expected: job.size, found: copied });
+        return Err(CopyError::Size { path: job.source.path(), expected: job.size, found: copied });
     }
     let found = hasher.finalize().to_hex().to_string();
     match &job.blake3 {
         Some(expected) if *expected != found => {
-            Err(CopyError::Hash { path: job.source.clone(), expected: expected.clone(), found })
+            Err(CopyError::Hash { path: job.source.path(), expected: expected.clone(), found })
         }
         _ => Ok(()),
     }
@@ -224,7 +247,7 @@ fn prepare_chunked(job: &CopyJob) -> Result<Chunked, CopyError> {
 }
 
 fn copy_chunk(job: &CopyJob, state: &Chunked, offset: u64, len: u64, counters: &CopyCounters) -> Result<(), CopyError> {
-    let source = File::open(&job.source).map_err(io_error("opening", &job.source))?;
+    let source = job.source.open().map_err(source_error("opening", job))?;
     copy_range(&source, &state.landing.file, offset, offset + len, job, counters)?;
     drop_cached(&source, offset, len);
     Ok(())
@@ -249,7 +272,7 @@ fn copy_range(
         let want = (end - source_offset) as usize;
         match rustix::fs::copy_file_range(source, Some(&mut source_offset), dest, Some(&mut dest_offset), want) {
             Ok(0) => {
-                return Err(CopyError::Size { path: job.source.clone(), expected: job.size, found: source_offset });
+                return Err(CopyError::Size { path: job.source.path(), expected: job.size, found: source_offset });
             }
             Ok(n) => {
                 counters.bytes_done.fetch_add(n as u64, Ordering::Relaxed);
@@ -261,7 +284,7 @@ fn copy_range(
                 | rustix::io::Errno::INVAL,
             ) => IN_KERNEL_COPY.store(false, Ordering::Relaxed),
             Err(errno) => {
-                return Err(CopyError::Io { doing: "copying", path: job.source.clone(), source: errno.into() });
+                return Err(CopyError::Io { doing: "copying", path: job.source.path(), source: errno.into() });
             }
         }
     }
@@ -282,9 +305,9 @@ fn copy_range_by_buffer(
     with_buffer(|buffer| {
         while offset < end {
             let want = buffer.len().min((end - offset) as usize);
-            let n = source.read_at(&mut buffer[..want], offset).map_err(io_error("reading", &job.source))?;
+            let n = source.read_at(&mut buffer[..want], offset).map_err(source_error("reading", job))?;
             if n == 0 {
-                return Err(CopyError::Size { path: job.source.clone(), expected: job.size, found: offset });
+                return Err(CopyError::Size { path: job.source.path(), expected: job.size, found: offset });
             }
             dest.write_all_at(&buffer[..n], offset).map_err(io_error("writing", &job.dest))?;
             counters.bytes_done.fetch_add(n as u64, Ordering::Relaxed);
@@ -318,6 +341,7 @@ mod tests {
         let dest = dir.join("dest").join(name);
         std::fs::create_dir_all(dest.parent().unwrap()).unwrap();
         std::os::unix::fs::symlink(&source, &dest).unwrap();
+        let source = Source { dir: Arc::new(Dir::open(&dir.join("src")).unwrap()), relative: name.into() };
         CopyJob { source, dest, size: bytes.len() as u64, blake3: Some(blake3::hash(bytes).to_hex().to_string()) }
     }
 
@@ -332,7 +356,7 @@ mod tests {
         assert!(failures.is_empty(), "{failures:?}");
         for job in &jobs {
             assert!(job.dest.symlink_metadata().unwrap().file_type().is_file());
-            assert_eq!(std::fs::read(&job.dest).unwrap(), std::fs::read(&job.source).unwrap());
+            assert_eq!(std::fs::read(&job.dest).unwrap(), std::fs::read(job.source.path()).unwrap());
         }
         assert_eq!(counters.files_done.load(Ordering::Relaxed), 3);
         assert_eq!(counters.bytes_done.load(Ordering::Relaxed), big.len() as u64 + 5);
@@ -357,7 +381,7 @@ mod tests {
         ];
         let cache_sources = || {
             for job in &jobs {
-                let source = File::open(&job.source).unwrap();
+                let source = File::open(job.source.path()).unwrap();
                 source.sync_all().unwrap();
                 io::copy(&mut &source, &mut io::sink()).unwrap();
             }
@@ -365,11 +389,11 @@ mod tests {
         // Only where the filesystem caches and honours the advice (tmpfs keeps its
         // pages whatever is advised) and `fincore` is there to tell.
         cache_sources();
-        let cached = jobs.iter().all(|job| resident(&job.source).is_some_and(|bytes| bytes > 0));
+        let cached = jobs.iter().all(|job| resident(&job.source.path()).is_some_and(|bytes| bytes > 0));
         let honoured = cached
             && jobs.iter().all(|job| {
-                drop_cached(&File::open(&job.source).unwrap(), 0, job.size);
-                resident(&job.source) == Some(0)
+                drop_cached(&File::open(job.source.path()).unwrap(), 0, job.size);
+                resident(&job.source.path()) == Some(0)
             });
         if !honoured {
             eprintln!("skipped: no fincore here, or this filesystem keeps pages whatever is advised");
@@ -379,8 +403,8 @@ mod tests {
         let failures = copy_all(&jobs, 2, false, &CopyCounters::default());
         assert!(failures.is_empty(), "{failures:?}");
         for job in &jobs {
-            assert_eq!(resident(&job.source), Some(0), "{} is still cached", job.source.display());
-            assert_eq!(std::fs::read(&job.dest).unwrap(), std::fs::read(&job.source).unwrap());
+            assert_eq!(resident(&job.source.path()), Some(0), "{} is still cached", job.source.path().display());
+            assert_eq!(std::fs::read(&job.dest).unwrap(), std::fs::read(job.source.path()).unwrap());
         }
     }
 

@@ -15,6 +15,7 @@ use rayon::prelude::*;
 
 use crate::cache::destination::DestLayout;
 use crate::cache::layout::CacheLayout;
+use crate::cache::manifest::is_short_fingerprint;
 use crate::fsutil;
 
 /// Makes `path` a real directory, replacing a symlink that stands there (from a
@@ -63,7 +64,8 @@ pub fn mirror_cache(cache: &CacheLayout, dest: &Path, active: &str) -> io::Resul
     ensure_real_dir(&dest_entries)?;
     for entry in fs_err::read_dir(cache.entries_dir())?.flatten() {
         let name = entry.file_name().to_string_lossy().into_owned();
-        if name.starts_with('.') || name == active || !entry.path().is_dir() {
+        // Only what ferry publishes: a directory named by a fingerprint.
+        if !is_short_fingerprint(&name) || name == active || !entry.path().is_dir() {
             continue;
         }
         ensure_symlink(&entry.path(), &dest_entries.join(&name))?;
@@ -72,8 +74,15 @@ pub fn mirror_cache(cache: &CacheLayout, dest: &Path, active: &str) -> io::Resul
     ensure_real_dir(&dest_by_name)?;
     if let Ok(links) = std::fs::read_dir(cache.by_name_dir()) {
         for link in links.flatten() {
-            if let Ok(target) = std::fs::read_link(link.path()) {
-                ensure_symlink(&target, &dest_by_name.join(link.file_name()))?;
+            // Only links of the form ferry writes (`../entries/<fp16>`) with a plain
+            // name: a link anywhere else was planted, and is not passed on to the node.
+            let name = link.file_name().to_string_lossy().into_owned();
+            if let Ok(target) = std::fs::read_link(link.path())
+                && CacheLayout::by_name_entry(&target).is_some()
+                && crate::fsutil::untrusted::check_name(&name).is_ok()
+                && !name.starts_with('.')
+            {
+                ensure_symlink(&target, &dest_by_name.join(&name))?;
             }
         }
     }

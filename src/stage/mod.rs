@@ -202,7 +202,7 @@ fn stage_locked(
     check_free(dest, pending.iter().map(|f| f.size).sum())?;
     // Each copy's size is checked as it lands, against the manifest (or the stat above).
     let copy_job = |file: &PlannedFile| CopyJob {
-        source: plan.source_root.join(&file.relative),
+        source: copy::Source { dir: plan.source.clone(), relative: file.relative.clone() },
         dest: plan.dest_root.join(&file.relative),
         size: file.size,
         blake3: file.blake3.clone(),

@@ -3,12 +3,14 @@
 
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use rayon::prelude::*;
 
 use crate::cache::destination::DestLayout;
-use crate::cache::layout::{CacheLayout, MANIFEST_FILE};
+use crate::cache::layout::{CacheLayout, ENTRIES_DIR, MANIFEST_FILE};
 use crate::cache::manifest::Manifest;
+use crate::fsutil::untrusted::Dir;
 
 use super::StageError;
 
@@ -33,6 +35,9 @@ pub struct StagePlan {
     pub id: String,
     pub name: String,
     pub source_root: PathBuf,
+    /// `source_root` opened once: copies open their files below it without
+    /// following symlinks (a shared cache is written by others).
+    pub source: Arc<Dir>,
     /// Where the files land: `<dest>/entries/<fp16>`, or `<dest>` in drop-in mode.
     pub dest_root: PathBuf,
     pub files: Vec<PlannedFile>,
@@ -50,8 +55,11 @@ pub enum PlanKind {
 pub fn plan_entry(cache: &CacheLayout, manifest: &Manifest, dest: &Path) -> Result<StagePlan, StageError> {
     let short = manifest.short_fingerprint().to_string();
     let source_root = absolute(cache.entry(&short).root());
+    let source = Dir::open(cache.root())
+        .and_then(|root| root.open_dir(Path::new(ENTRIES_DIR).join(&short)))
+        .map_err(StageError::io("opening", &source_root))?;
     let manifest_path = source_root.join(MANIFEST_FILE);
-    let manifest_size = std::fs::metadata(&manifest_path).map_err(StageError::io("reading", &manifest_path))?.len();
+    let manifest_size = source.stat(MANIFEST_FILE).map_err(StageError::io("reading", &manifest_path))?.st_size as u64;
     let mut files: Vec<PlannedFile> = manifest
         .files
         .iter()
@@ -62,6 +70,7 @@ pub fn plan_entry(cache: &CacheLayout, manifest: &Manifest, dest: &Path) -> Resu
         id: short.clone(),
         name: manifest.name.clone(),
         source_root,
+        source: Arc::new(source),
         dest_root: DestLayout::new(dest).mirror().entry(&short).root().to_path_buf(),
         files,
         kind: PlanKind::Entry { cache: CacheLayout::new(absolute(cache.root())) },
@@ -93,7 +102,8 @@ pub fn plan_drop_in(src: &Path, list: &str, dest: &Path, jobs: usize) -> Result<
             .par_iter()
             .map(|&(line, relative)| {
                 let source = src.join(relative);
-                match std::fs::metadata(&source) {
+                // Not followed: copies refuse symlinks below the source, so refuse them here first.
+                match std::fs::symlink_metadata(&source) {
                     Ok(meta) if meta.is_file() => {
                         Ok(PlannedFile { relative: relative.to_string(), size: meta.len(), blake3: None })
                     }
@@ -111,7 +121,8 @@ pub fn plan_drop_in(src: &Path, list: &str, dest: &Path, jobs: usize) -> Result<
     }
     let id = format!("{DROP_IN_PREFIX}{}", &blake3::hash(src.as_os_str().as_encoded_bytes()).to_hex()[..16]);
     let name = src.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-    Ok(StagePlan { id, name, source_root: src, dest_root: dest.to_path_buf(), files, kind: PlanKind::DropIn })
+    let source = Arc::new(Dir::open(&src).map_err(StageError::io("opening", &src))?);
+    Ok(StagePlan { id, name, source_root: src, source, dest_root: dest.to_path_buf(), files, kind: PlanKind::DropIn })
 }
 
 fn absolute(path: &Path) -> PathBuf {

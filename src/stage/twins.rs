@@ -78,6 +78,7 @@ mod tests {
             id: "id".into(),
             name: "name".into(),
             source_root: "src".into(),
+            source: std::sync::Arc::new(crate::fsutil::untrusted::Dir::open(std::path::Path::new(".")).unwrap()),
             dest_root: "dest".into(),
             files,
             kind: PlanKind::DropIn,
