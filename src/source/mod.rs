@@ -92,13 +92,14 @@ pub trait DocumentReader: Send {
 
 /// Opens `path` for reading, detecting the format from the file name when `auto`.
 pub fn open(path: &Path, format: SourceFormat, selector: &Selector) -> Result<Box<dyn DocumentReader>, SourceError> {
-    let format = match format {
-        SourceFormat::Auto => detect_format(path)?,
-        explicit => explicit,
-    };
+    // Every variant by name: a new format must choose its reader here, not fall to JSON lines.
     match format {
+        // `detect_format` never answers `Auto`, so this recurses once.
+        SourceFormat::Auto => open(path, detect_format(path)?, selector),
         SourceFormat::Parquet => Ok(Box::new(parquet::ParquetReader::open(path, selector.clone())?)),
-        other => Ok(Box::new(jsonl::JsonlReader::open(path, other, selector.clone())?)),
+        SourceFormat::Jsonl | SourceFormat::JsonlZst | SourceFormat::JsonlGz => {
+            Ok(Box::new(jsonl::JsonlReader::open(path, format, selector.clone())?))
+        }
     }
 }
 
