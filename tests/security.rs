@@ -209,7 +209,8 @@ fn a_forged_entry_name_cannot_put_a_link_outside_the_destination() {
 #[test]
 fn gc_never_deletes_through_a_symlinked_trash() {
     let Some(lab) = Lab::new() else { return };
-    lab.attack(&format!("ln -s {} {}/trash", lab.private_dir.display(), lab.env.cache().display()));
+    let trash = lab.env.cache().join("trash");
+    lab.attack(&format!("rm -rf {t} && ln -s {} {t}", lab.private_dir.display(), t = trash.display()));
     let collected = lab.victim_runs(&["gc"]);
     lab.assert_private_files_untouched();
     assert!(!collected.status.success(), "{}", describe(&collected));
@@ -220,7 +221,9 @@ fn gc_never_deletes_through_a_symlinked_trash() {
 #[test]
 fn gc_never_deletes_through_a_symlinked_building_directory() {
     let Some(lab) = Lab::new() else { return };
-    lab.attack(&format!("ln -s {} {}/building", lab.private_dir.display(), lab.env.cache().display()));
+    // The attacker's own build left `building/` behind: replace it.
+    let building = lab.env.cache().join("building");
+    lab.attack(&format!("rm -rf {b} && ln -s {} {b}", lab.private_dir.display(), b = building.display()));
     let _ = lab.victim_runs(&["gc"]);
     lab.assert_private_files_untouched();
     assert!(lab.private_dir.join("project").is_dir());
