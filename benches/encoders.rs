@@ -19,9 +19,10 @@ mod cores;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
+use ferry::cache::manifest::EncoderKind;
 use ferry::source::{self, Item, Selector};
 use ferry::spec::Spec;
-use ferry::tokenizer::{EncoderKind, Encoders};
+use ferry::tokenizer::Encoders;
 use rayon::prelude::*;
 
 /// CPU time of this process (all threads), which contention on the machine does not inflate.

@@ -1,7 +1,29 @@
-//! Turning an error and its causes into one line, for the places that keep an
+//! Errors every layer shares: the one error for an I/O operation on a path, and
+//! turning an error and its causes into one line, for the places that keep an
 //! error as text (stage state files, daemon replies): the same text `main` prints.
 
 use std::error::Error;
+use std::io;
+use std::path::{Path, PathBuf};
+
+/// An I/O operation that failed on a path: what was being done, where, and the
+/// operating system's answer. Modules' errors wrap it instead of each carrying its
+/// own pair of path and source.
+#[derive(Debug, thiserror::Error)]
+#[error("{doing} {}", path.display())]
+pub struct IoError {
+    pub doing: &'static str,
+    pub path: PathBuf,
+    #[source]
+    pub source: io::Error,
+}
+
+impl IoError {
+    /// For `map_err`: `fs::read(path).map_err(IoError::at("reading", path))`.
+    pub fn at<'a>(doing: &'static str, path: &'a Path) -> impl Fn(io::Error) -> IoError + Copy + 'a {
+        move |source| IoError { doing, path: path.to_path_buf(), source }
+    }
+}
 
 /// The error and each of its causes, outermost first, joined with ": " (as
 /// anyhow's `{:#}`); every message names only its own step, so nothing repeats.

@@ -18,7 +18,7 @@ use crate::cache::layout::{
     BUILDING_DIR, BY_NAME_DIR, CacheLayout, ENTRIES_DIR, MANIFEST_FILE, MEMO_DIR, TRASH_DIR, USED_DIR,
 };
 use crate::cache::lease;
-use crate::cache::staging as state;
+use crate::cache::staging;
 use crate::fsutil;
 use crate::fsutil::untrusted::Dir;
 use crate::status::{self, BuildState, EntryState, EntryStatus};
@@ -372,7 +372,7 @@ pub fn collect_destination(dest: &Path, policy: &GcPolicy, dry_run: bool) -> Res
     let Some(_lock) = destination::lock(dest, false).map_err(io(dest))? else {
         return Err(GcError::Busy { dest: dest.to_path_buf() });
     };
-    let states = state::read_all(dest);
+    let states = staging::read_all(dest);
     let Some(entries) = root.open_dir_if_exists(ENTRIES_DIR).map_err(io(dest))? else { return Ok(report) };
     let mut staged = staged_entries(&entries, &states, dry_run, &mut report).map_err(io(entries.path()))?;
     staged.sort_by_key(|e| std::cmp::Reverse(e.last_used_unix));
@@ -387,7 +387,7 @@ pub fn collect_destination(dest: &Path, policy: &GcPolicy, dry_run: bool) -> Res
             match &source {
                 Some(source) => entries.replace_symlink(&entry.short, source).map_err(io(&path))?,
                 None => {
-                    let _ = std::fs::remove_file(state::state_path(dest, &entry.short));
+                    let _ = std::fs::remove_file(staging::state_path(dest, &entry.short));
                 }
             }
         }
@@ -416,7 +416,7 @@ pub fn collect_destination(dest: &Path, policy: &GcPolicy, dry_run: bool) -> Res
 /// cache entry is gone are removed on the way.
 fn staged_entries(
     entries: &Dir,
-    states: &[state::StageState],
+    states: &[staging::StageState],
     dry_run: bool,
     report: &mut GcReport,
 ) -> io::Result<Vec<EntryStatus>> {

@@ -6,10 +6,9 @@ use std::path::{Path, PathBuf};
 
 use rayon::prelude::*;
 
+use crate::cache::manifest::InputFile;
 use crate::cache::memo::memoized_hash;
 use crate::spec::Spec;
-
-pub use crate::cache::input_file::InputFile;
 
 #[derive(Debug, thiserror::Error)]
 pub enum InputError {

@@ -6,13 +6,15 @@
 //!
 //! Lower layers never depend on higher ones.
 //!
-//! - `fsutil`: atomic writes, no-replace renames, exclusive create, free space.
+//! - `fsutil`: atomic writes, no-replace renames, exclusive create, free space; `untrusted`:
+//!   directories others may write, opened and changed without following symlinks, and bounded reads.
 //! - `fingerprint`: the stable blake3 fingerprint of an entry.
-//! - `errors`: an error and its causes as one line, for errors kept as text.
+//! - `errors`: the one path-carrying I/O error, and an error with its causes as one line.
 //! - `spec`: the pipeline spec (TOML) and its canonical form.
 //! - `cache`: on-disk formats and paths: `layout` (every path of a cache), `destination`
-//!   (a staging destination), `memo`, `writer` (Arrow + `datasets` files), `manifest`,
-//!   `input_file`, `encoder`, `build_progress`, `staging` (a destination's state files), `lease`,
+//!   (a staging destination and its lock), `memo`, `hashed_file` (the one way a recorded file is
+//!   written), `writer` (Arrow + `datasets` files), `manifest` (an entry's record: its files,
+//!   inputs, encoder), `build_progress`, `staging` (a destination's state files), `lease`,
 //!   `formats` (Megatron indexed datasets and flat token files beside the Arrow files).
 //! - `inputs`: split globs to input files; their content hashes through the memo.
 //! - `source`: streaming readers for JSON lines (plain, zstd, gzip) and Parquet.

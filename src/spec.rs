@@ -1,7 +1,7 @@
 //! The pipeline spec: a TOML file naming the raw inputs and how to turn them into
 //! training sequences, and its canonical form for the fingerprint.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Deserializer, Serialize};
@@ -178,16 +178,12 @@ pub struct OutputSpec {
     #[serde(deserialize_with = "deserialize_size")]
     pub target_shard_bytes: u64,
     /// Layouts written into the entry; `hf` (the Arrow files) is always among them.
-    pub formats: crate::cache::formats::Formats,
+    pub formats: Formats,
 }
 
 impl Default for OutputSpec {
     fn default() -> Self {
-        Self {
-            token_type: TokenType::Int32,
-            target_shard_bytes: 512 << 20,
-            formats: crate::cache::formats::Formats::default(),
-        }
+        Self { token_type: TokenType::Int32, target_shard_bytes: 512 << 20, formats: Formats::default() }
     }
 }
 
@@ -354,6 +350,68 @@ fn check_component(what: &str, value: &str) -> Result<(), String> {
         Err(format!(
             "{what} {value:?} must be non-empty, use only letters, digits, '-', '_', '.', and not start with '.'"
         ))
+    }
+}
+
+/// One layout an entry can be written in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Format {
+    /// Hugging Face `datasets` Arrow files: always written.
+    Hf,
+    /// `megatron/<split>_text_document.{bin,idx}`.
+    Megatron,
+    /// `flat/<split>.bin` with `<split>.offsets.npy` and `<split>.json`.
+    Flat,
+}
+
+/// The formats a spec asks for. The Arrow files are always written: the entry's
+/// row counts, resumable shard records and `load_from_disk` all rest on them, so
+/// `"hf"` may be listed or left out and means the same.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Formats {
+    extra: BTreeSet<Format>,
+}
+
+impl<'de> Deserialize<'de> for Formats {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let listed = Vec::<Format>::deserialize(deserializer)?;
+        Ok(Formats { extra: listed.into_iter().filter(|format| *format != Format::Hf).collect() })
+    }
+}
+
+impl Formats {
+    pub fn new(extra: impl IntoIterator<Item = Format>) -> Formats {
+        Formats { extra: extra.into_iter().filter(|format| *format != Format::Hf).collect() }
+    }
+
+    pub fn megatron(&self) -> bool {
+        self.extra.contains(&Format::Megatron)
+    }
+
+    pub fn flat(&self) -> bool {
+        self.extra.contains(&Format::Flat)
+    }
+
+    /// Whether any format beyond the Arrow files is asked for.
+    pub fn any_extra(&self) -> bool {
+        !self.extra.is_empty()
+    }
+
+    /// The extra formats for the fingerprint, in a fixed order; `None` for the
+    /// Arrow files alone, so such specs keep the fingerprint they always had.
+    pub fn canonical(&self) -> Option<serde_json::Value> {
+        self.any_extra().then(|| serde_json::json!(self.extra))
+    }
+
+    /// Refuses combinations a reader cannot load.
+    pub fn check(&self, token_type: TokenType) -> Result<(), String> {
+        if self.megatron() && token_type == TokenType::Uint32 {
+            return Err("output.formats has \"megatron\", whose index has no uint32 dtype code; \
+                 set output.token_type = \"int32\" (or \"uint16\" for vocabularies under 65536)"
+                .into());
+        }
+        Ok(())
     }
 }
 

@@ -10,9 +10,10 @@ use serde::Serialize;
 
 use crate::cache::build_progress::BuildProgress;
 use crate::cache::layout::CacheLayout;
+use crate::cache::layout::is_short_fingerprint;
 use crate::cache::lease;
-use crate::cache::manifest::{Manifest, is_short_fingerprint};
-use crate::cache::staging::{self as state, StageState};
+use crate::cache::manifest::Manifest;
+use crate::cache::staging::{self, StageState};
 use crate::fsutil::untrusted;
 
 /// The largest build progress file read; ferry's are a few hundred bytes.
@@ -205,11 +206,11 @@ pub fn cache_status(cache: &CacheLayout) -> CacheStatus {
 
 /// This node's stagings into `dest`, with owners that died shown as failed.
 pub fn staging(dest: &Path) -> Vec<StageState> {
-    state::read_all(dest)
+    staging::read_all(dest)
         .into_iter()
         .map(|mut s| {
             if s.owner_died() {
-                s.phase = state::Phase::Failed;
+                s.phase = staging::Phase::Failed;
                 s.error.get_or_insert_with(|| format!("the staging process {} died before finishing", s.pid));
             }
             s

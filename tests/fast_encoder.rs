@@ -9,9 +9,10 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use common::{TestEnv, describe, entry_data_files, entry_rows, python, python_script};
+use ferry::cache::manifest::EncoderKind;
 use ferry::corpus::Generator;
 use ferry::spec::Spec;
-use ferry::tokenizer::{EncoderKind, Encoders};
+use ferry::tokenizer::Encoders;
 
 const FAMILIES: &[&str] = &["llama3", "llama3_permuted", "qwen2", "gpt4o", "deepseek_v3", "behaviors"];
 

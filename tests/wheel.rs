@@ -9,7 +9,7 @@ use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
 use common::{TestEnv, describe, gpt2_spec, python, python_script};
-use ferry::stage::state::Phase;
+use ferry::cache::staging::Phase;
 use rustix::process::{Pid, Signal, kill_process};
 
 /// The wheel scripts/test.sh built with scripts/build-wheel.sh.
@@ -212,10 +212,10 @@ fn load_waits_for_a_background_stage_and_reads_node_local_files() {
     let mut stage = venv.command("ferry");
     stage.arg("stage").arg(&spec).arg("--background").arg("--dest").arg(&dest).env("FERRY_CACHE", &cache);
     run_ok(&mut stage);
-    let copier = ferry::stage::state::read_all(&dest).pop().expect("a staging state after --background");
+    let copier = ferry::cache::staging::read_all(&dest).pop().expect("a staging state after --background");
     let copier = Pid::from_raw(copier.pid as i32).expect("the copier's pid");
     let paused = kill_process(copier, Signal::STOP).is_ok();
-    let copying = ferry::stage::state::read_all(&dest).iter().any(|s| s.phase != Phase::Done);
+    let copying = ferry::cache::staging::read_all(&dest).iter().any(|s| s.phase != Phase::Done);
     if !(paused && copying) {
         eprintln!("NOTE: the background copy finished before it could be paused; waiting is not exercised");
     }

@@ -7,7 +7,8 @@
 use std::io::{self, BufWriter, Write};
 use std::path::{Path, PathBuf};
 
-use crate::cache::writer::{WriteError, WrittenFile};
+use crate::cache::manifest::WrittenFile;
+use crate::errors::IoError;
 use crate::fsutil;
 
 pub struct HashedFile {
@@ -19,8 +20,8 @@ pub struct HashedFile {
 
 impl HashedFile {
     /// Starts the file that will become `path`, creating its directory if needed.
-    pub fn create(path: &Path) -> Result<HashedFile, WriteError> {
-        let error = |source| WriteError::Io { path: path.to_path_buf(), source };
+    pub fn create(path: &Path) -> Result<HashedFile, IoError> {
+        let error = IoError::at("writing", path);
         let dir = path.parent().unwrap_or(Path::new("."));
         fsutil::create_dir_all(dir).map_err(error)?;
         let temp = fsutil::temp_file_in(dir).map_err(error)?;
@@ -38,13 +39,13 @@ impl HashedFile {
         self.writer.get_ref().bytes + self.writer.buffer().len() as u64
     }
 
-    pub fn append(&mut self, bytes: &[u8]) -> Result<(), WriteError> {
-        self.writer.write_all(bytes).map_err(|source| WriteError::Io { path: self.path.clone(), source })
+    pub fn append(&mut self, bytes: &[u8]) -> Result<(), IoError> {
+        self.writer.write_all(bytes).map_err(IoError::at("writing", &self.path))
     }
 
     /// Syncs and renames the file into place; `relative` is the path the record carries.
-    pub fn finish(self, relative: String) -> Result<WrittenFile, WriteError> {
-        let error = |source| WriteError::Io { path: self.path.clone(), source };
+    pub fn finish(self, relative: String) -> Result<WrittenFile, IoError> {
+        let error = IoError::at("writing", &self.path);
         let hashing = self.writer.into_inner().map_err(|err| error(err.into_error()))?;
         hashing.temp.as_file().sync_all().map_err(error)?;
         hashing.temp.persist(&self.path).map_err(|err| error(err.error))?;

@@ -68,7 +68,7 @@ impl CacheLayout {
     /// (`../entries/<fp16>`); anything else was not put there by ferry.
     pub fn by_name_entry(target: &Path) -> Option<&str> {
         let short = target.strip_prefix(Path::new("..").join(ENTRIES_DIR)).ok()?.to_str()?;
-        crate::cache::manifest::is_short_fingerprint(short).then_some(short)
+        is_short_fingerprint(short).then_some(short)
     }
 
     pub fn building_dir(&self) -> PathBuf {
@@ -126,6 +126,12 @@ impl CacheLayout {
             Err(err) => Err(err),
         }
     }
+}
+
+/// Whether `name` can be an entry's directory: 16 lowercase hex digits. Anything
+/// else in `entries/` was not put there by ferry.
+pub fn is_short_fingerprint(name: &str) -> bool {
+    name.len() == 16 && name.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
 }
 
 /// Paths inside one entry directory (published, or being assembled).

@@ -2,13 +2,11 @@
 //! when the entry is published; read by `stage`, `status`, `gc` and `verify`.
 
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::time::UNIX_EPOCH;
 
 use serde::{Deserialize, Serialize};
 
-use crate::cache::encoder::EncoderKind;
-use crate::cache::input_file::InputFile;
-use crate::cache::writer::WrittenFile;
 use crate::fsutil::untrusted;
 
 /// Bump on incompatible changes; readers refuse versions they do not know.
@@ -33,6 +31,37 @@ pub struct Manifest {
     pub build: BuildRecord,
 }
 
+/// One file of an entry as the manifest records it (and a shard record its parts).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WrittenFile {
+    /// Path relative to the directory the caller names (a split or an entry).
+    pub path: String,
+    pub size: u64,
+    pub blake3: String,
+    pub rows: u64,
+    pub tokens: u64,
+}
+
+/// Which encoder produced a shard's ids.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EncoderKind {
+    /// ferry's byte-level BPE encoder (`tokenizer::fast`), guarded by sampled comparison.
+    FastBytelevelBpe,
+    /// The Hugging Face `tokenizers` crate.
+    Tokenizers,
+}
+
+impl EncoderKind {
+    /// The name the manifest and `prepare --json` use.
+    pub fn name(self) -> &'static str {
+        match self {
+            EncoderKind::FastBytelevelBpe => "fast_bytelevel_bpe",
+            EncoderKind::Tokenizers => "tokenizers",
+        }
+    }
+}
+
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct TokenizerRecord {
     pub source: String,
@@ -43,6 +72,28 @@ pub struct TokenizerRecord {
     pub fast_unavailable: Option<String>,
     pub bos_id: Option<u32>,
     pub eos_id: Option<u32>,
+}
+
+/// One input file as it was when resolved.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InputFile {
+    pub path: PathBuf,
+    pub size: u64,
+    /// Modification time in nanoseconds since the epoch.
+    pub mtime_ns: i128,
+}
+
+impl InputFile {
+    /// The file's size and mtime now; the error carries no path (callers add it).
+    pub fn stat(path: &Path) -> std::io::Result<InputFile> {
+        let meta = std::fs::metadata(path)?;
+        let mtime = meta.modified()?;
+        let mtime_ns = match mtime.duration_since(UNIX_EPOCH) {
+            Ok(after) => after.as_nanos() as i128,
+            Err(before) => -(before.duration().as_nanos() as i128),
+        };
+        Ok(InputFile { path: path.to_path_buf(), size: meta.len(), mtime_ns })
+    }
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -221,12 +272,6 @@ impl Manifest {
 /// Whether `text` is a blake3 digest as ferry writes it: 64 lowercase hex digits.
 pub fn is_hex_digest(text: &str) -> bool {
     text.len() == 64 && text.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
-}
-
-/// Whether `name` can be an entry's directory: 16 lowercase hex digits. Anything
-/// else in `entries/` was not put there by ferry.
-pub fn is_short_fingerprint(name: &str) -> bool {
-    name.len() == 16 && name.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
 }
 
 #[cfg(test)]

@@ -3,10 +3,8 @@
 
 pub mod build_progress;
 pub mod destination;
-pub mod encoder;
 pub mod formats;
 pub mod hashed_file;
-pub mod input_file;
 pub mod layout;
 pub mod lease;
 pub mod manifest;

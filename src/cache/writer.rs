@@ -10,10 +10,12 @@ use arrow_array::{ArrayRef, Int8Array, Int32Array, ListArray, RecordBatch, UInt1
 use arrow_buffer::OffsetBuffer;
 use arrow_ipc::writer::StreamWriter;
 use arrow_schema::{DataType, Field, Schema};
-use serde::{Deserialize, Serialize};
+
 use serde_json::{Value, json};
 
 use crate::cache::hashed_file::HashedFile;
+use crate::cache::manifest::WrittenFile;
+use crate::errors::IoError;
 use crate::fsutil;
 use crate::spec::{SequenceSpec, TokenType};
 
@@ -24,8 +26,8 @@ const BATCH_TOKENS: usize = 4 << 20;
 
 #[derive(Debug, thiserror::Error)]
 pub enum WriteError {
-    #[error("writing {path}")]
-    Io { path: PathBuf, source: io::Error },
+    #[error(transparent)]
+    Io(#[from] IoError),
     #[error("writing {path}")]
     Arrow { path: PathBuf, source: arrow_schema::ArrowError },
 }
@@ -86,17 +88,6 @@ impl Columns {
             Schema::new(fields).with_metadata(std::collections::HashMap::from([("huggingface".to_string(), metadata)])),
         )
     }
-}
-
-/// One finished Arrow file.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct WrittenFile {
-    /// Path relative to the directory the caller names (a split or an entry).
-    pub path: String,
-    pub size: u64,
-    pub blake3: String,
-    pub rows: u64,
-    pub tokens: u64,
 }
 
 /// Writes one input shard's rows into one or more Arrow files, each landing under

@@ -26,7 +26,8 @@ use std::path::PathBuf;
 use anyhow::{Context, bail};
 
 use crate::cache::layout::CacheLayout;
-use crate::cache::manifest::{Manifest, is_short_fingerprint};
+use crate::cache::layout::is_short_fingerprint;
+use crate::cache::manifest::Manifest;
 use crate::cli::{Cli, Command};
 use crate::progress::ProgressMode;
 use crate::settings::Settings;

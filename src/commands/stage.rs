@@ -10,11 +10,11 @@ use anyhow::{Context, bail};
 use super::UserError;
 use crate::cache::destination::DestLayout;
 use crate::cache::layout::CacheLayout;
+use crate::cache::staging::{self, Phase, WaitOutcome};
 use crate::prepare;
 use crate::progress::ProgressMode;
 use crate::spec::Spec;
 use crate::stage::command::{StageCommand, StageSource};
-use crate::stage::state::{self, Phase, WaitOutcome};
 use crate::stage::{self, PlanKind, StageOptions, StagePlan, StageReport};
 
 /// What to stage, as the flags name it.
@@ -129,7 +129,7 @@ fn start_background(plan: &StagePlan, options: &StageOptions, cache: &CacheLayou
     let command = StageCommand { source, dest, verify: options.verify, jobs: Some(options.jobs), quiet: false };
     let mut child = std::process::Command::new(exe);
     child.args(command.args());
-    let log_path = state::log_path(dest, &plan.id);
+    let log_path = staging::log_path(dest, &plan.id);
     let log = fs_err::File::create(&log_path)?;
     use std::os::unix::process::CommandExt;
     let spawned = child
@@ -143,7 +143,7 @@ fn start_background(plan: &StagePlan, options: &StageOptions, cache: &CacheLayou
         .context("starting the background copy")?;
     let mut queued = stage::new_state(plan, options, Phase::Queued);
     queued.pid = spawned.id();
-    state::write(dest, &queued)?;
+    staging::write(dest, &queued)?;
     drop(lock);
     out!("mirror ready: {}", plan.dest_root.display())?;
     out!(
@@ -156,7 +156,7 @@ fn start_background(plan: &StagePlan, options: &StageOptions, cache: &CacheLayou
 }
 
 pub fn wait(dest: PathBuf, entry: Option<&str>, as_json: bool) -> anyhow::Result<()> {
-    match state::wait(&dest, entry, Duration::from_millis(200)) {
+    match staging::wait(&dest, entry, Duration::from_millis(200)) {
         WaitOutcome::Done(states) if as_json => {
             out!("{}", serde_json::to_string_pretty(&staged_json(&dest, &states))?)?;
             Ok(())
@@ -180,7 +180,7 @@ pub fn wait(dest: PathBuf, entry: Option<&str>, as_json: bool) -> anyhow::Result
 
 /// `wait --json`: the destination and each finished staging with the path to load
 /// (`entries/<id>` in the destination; the destination itself for `--src` mode).
-fn staged_json(dest: &Path, states: &[state::StageState]) -> serde_json::Value {
+fn staged_json(dest: &Path, states: &[staging::StageState]) -> serde_json::Value {
     let staged: Vec<serde_json::Value> = states
         .iter()
         .map(|s| {

@@ -7,7 +7,7 @@ use anyhow::Context;
 use serde_json::json;
 
 use crate::cache::layout::CacheLayout;
-use crate::stage::state::StageState;
+use crate::cache::staging::StageState;
 use crate::status::{self, CacheStatus, EntryState};
 
 /// `dest_named`: the destination was given with `--dest`, so a missing one is a

@@ -6,8 +6,9 @@ use anyhow::bail;
 
 use super::{UserError, find_entry};
 use crate::cache::destination::DestLayout;
+use crate::cache::layout::is_short_fingerprint;
 use crate::cache::layout::{CacheLayout, ENTRIES_DIR};
-use crate::cache::manifest::{Manifest, is_short_fingerprint};
+use crate::cache::manifest::Manifest;
 use crate::fsutil::untrusted::Dir;
 use crate::verify::{self, VerifyReport};
 

@@ -247,7 +247,7 @@ async fn watch_staging(
     }
     let status = child.wait().await;
     let code = status.as_ref().ok().and_then(|s| s.code());
-    let copied = crate::stage::state::read_all(std::path::Path::new(&dest))
+    let copied = crate::cache::staging::read_all(std::path::Path::new(&dest))
         .into_iter()
         .find(|s| entry.starts_with(&s.id) || s.id.starts_with(&entry))
         .map(|s| s.bytes_copied);

@@ -30,7 +30,8 @@ use crate::tokenizer::{self, Encoders, TokenizerError};
 use claims::Claims;
 use together::{Together, build_together};
 
-pub use shard::{BuildCounters, SAMPLE_EVERY, ShardError, ShardRecord};
+pub use pipeline::SAMPLE_EVERY;
+pub use shard::{BuildCounters, ShardError, ShardRecord};
 
 #[derive(Debug, thiserror::Error)]
 pub enum PrepareError {

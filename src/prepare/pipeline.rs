@@ -8,16 +8,89 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, Sender, channel};
+use std::time::Instant;
+
+use rayon::prelude::*;
 
 use crate::cache::formats::RowSink;
-use crate::cache::writer::{PartWriter, WrittenFile};
+use crate::cache::manifest::EncoderKind;
+use crate::cache::manifest::{Counts, InputRecord, WrittenFile};
+use crate::cache::writer::PartWriter;
 use crate::pack::{PackStats, Packer};
-use crate::source::{Document, DocumentReader, Item};
+use crate::source::{self, Document, DocumentReader, Item};
 use crate::spec::BadRecordPolicy;
-use crate::tokenizer::EncoderKind;
 
 use super::budget::Slot;
-use super::shard::{BATCH_DOCUMENTS, BATCH_TEXT_BYTES, ShardContext, ShardError, ShardTask};
+use super::shard::{ShardContext, ShardError, ShardRecord, ShardTask};
+
+/// Documents tokenized together (in parallel) before packing.
+const BATCH_DOCUMENTS: usize = 256;
+const BATCH_TEXT_BYTES: usize = 1 << 20;
+/// With the fast encoder, every n-th document of a shard is also encoded by the
+/// reference encoder and must give the same ids.
+pub const SAMPLE_EVERY: u64 = 128;
+
+/// Tokenizes the shard and saves its record.
+pub(super) fn tokenize(context: &ShardContext, task: &ShardTask, kind: EncoderKind) -> Result<ShardRecord, ShardError> {
+    let started = Instant::now();
+    let path = &task.input.path;
+    let reader = source::open(path, context.spec.source.format, &context.selector)?;
+    let (read, written) = run(context, task, kind, reader)?;
+    let counts = Counts {
+        input_bytes: task.input.size,
+        documents: read.documents,
+        filtered_documents: read.filtered,
+        skipped_records: read.skipped,
+        rows: written.files.iter().map(|f| f.rows).sum(),
+        tokens: written.files.iter().map(|f| f.tokens).sum(),
+        remainder_tokens: written.stats.remainder_tokens,
+        truncated_tokens: written.stats.truncated_tokens,
+    };
+    let (files, format_files) = (written.files, written.formats);
+    let record = ShardRecord {
+        split: task.split.clone(),
+        shard: task.shard,
+        input: InputRecord::new(&task.input, &task.hash),
+        encoder: kind,
+        counts,
+        files,
+        format_files,
+        seconds: started.elapsed().as_secs_f64(),
+        host: crate::fsutil::host_name(),
+        pid: std::process::id(),
+    };
+    let record_path = context.build.shard_record(&task.split, task.shard);
+    crate::fsutil::write_json_atomic(&record_path, &record)
+        .map_err(|source| ShardError::Record { path: record_path, source })?;
+    Ok(record)
+}
+
+/// Encodes documents in parallel (order kept), checking sampled documents
+/// against the reference encoder when the fast one is used.
+fn encode_batch(
+    context: &ShardContext,
+    path: &std::path::Path,
+    batch: &[Document],
+    first_index: u64,
+    kind: EncoderKind,
+) -> Result<Vec<Vec<u32>>, ShardError> {
+    batch
+        .par_iter()
+        .enumerate()
+        .map(|(offset, document)| {
+            let encode_error =
+                |message| ShardError::Encode { path: path.to_path_buf(), record: document.record, message };
+            let ids = context.encoders.encode(&document.text, kind).map_err(encode_error)?;
+            if kind == EncoderKind::FastBytelevelBpe && (first_index + offset as u64).is_multiple_of(SAMPLE_EVERY) {
+                let reference = context.encoders.encode_reference(&document.text).map_err(encode_error)?;
+                if reference != ids {
+                    return Err(ShardError::FastPathMismatch { path: path.to_path_buf(), record: document.record });
+                }
+            }
+            Ok(context.encoders.with_bos_eos(ids))
+        })
+        .collect()
+}
 
 /// A batch's encoded documents (or why there are none), in input order.
 struct Encoded<'a> {
@@ -155,7 +228,7 @@ impl<'a> Batches<'a> {
             if cancelled.load(Ordering::Relaxed) {
                 return;
             }
-            let result = context.encode_batch(path, &documents, first_index, kind);
+            let result = encode_batch(context, path, &documents, first_index, kind);
             drop(documents);
             let _ = sender.send(Encoded { sequence, result, _slot: Some(slot) });
         });

@@ -3,11 +3,13 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use crate::cache::formats::{self, Formats, SplitShards};
+use crate::cache::formats::{self, SplitShards};
 use crate::cache::layout::{BuildLayout, CacheLayout, EntryLayout, data_file_name};
 use crate::cache::manifest::Manifest;
-use crate::cache::writer::{self, Columns, WrittenFile};
+use crate::cache::manifest::WrittenFile;
+use crate::cache::writer::{self, Columns};
 use crate::fsutil::{self, untrusted};
+use crate::spec::Formats;
 
 use super::PrepareError;
 use super::shard::ShardRecord;

@@ -5,11 +5,11 @@
 use std::collections::BTreeMap;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use crate::cache::encoder::EncoderKind;
+use crate::cache::manifest::EncoderKind;
+use crate::cache::manifest::WrittenFile;
 use crate::cache::manifest::{
     BuildRecord, Counts, InputRecord, MANIFEST_VERSION, Manifest, SplitRecord, Timings, TokenizerRecord, Totals,
 };
-use crate::cache::writer::WrittenFile;
 use crate::spec::Spec;
 use crate::tokenizer::Encoders;
 

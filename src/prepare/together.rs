@@ -6,9 +6,9 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use crate::cache::layout::CacheLayout;
+use crate::cache::manifest::EncoderKind;
 use crate::fingerprint::Fingerprint;
 use crate::fsutil;
-use crate::tokenizer::EncoderKind;
 
 use super::claims::{self, ClaimGuard, Claims};
 use super::shard::{self, ShardError, ShardRecord};
@@ -140,7 +140,7 @@ fn run_claimed_shards(
                     if context.finished_record(task, kind).is_some() {
                         continue;
                     }
-                    match context.run(task, kind) {
+                    match super::pipeline::tokenize(context, task, kind) {
                         Ok(_) => {
                             tokenized.fetch_add(1, Ordering::Relaxed);
                         }

@@ -15,7 +15,7 @@ use rayon::prelude::*;
 
 use crate::cache::destination::DestLayout;
 use crate::cache::layout::CacheLayout;
-use crate::cache::manifest::is_short_fingerprint;
+use crate::cache::layout::is_short_fingerprint;
 use crate::fsutil;
 
 /// Makes `path` a real directory, replacing a symlink that stands there (from a

@@ -15,7 +15,6 @@ mod plan;
 mod report;
 mod twins;
 
-pub use crate::cache::staging as state;
 pub use guard::lock_destination;
 pub use plan::{DROP_IN_PREFIX, PlanKind, PlannedFile, StagePlan, pending_files, plan_drop_in, plan_entry};
 pub use report::new_state;
@@ -29,12 +28,12 @@ use std::time::Instant;
 use crate::cache::destination::DestLayout;
 use crate::cache::layout::CacheLayout;
 use crate::cache::lease::Lease;
+use crate::cache::staging::{self, Phase, StageState};
 use crate::progress::ProgressMode;
 use copy::{CopyCounters, CopyError, CopyJob};
 use guard::check_free;
 use plan::is_regular;
 use report::{start_reporter, state_ticker};
-use state::{Phase, StageState};
 
 #[derive(Debug, thiserror::Error)]
 pub enum StageError {
@@ -166,15 +165,15 @@ pub fn stage(plan: &StagePlan, options: &StageOptions) -> Result<StageReport, St
     let lock = lock_destination(dest)?;
     let waited = lock.waited;
     tracing::debug!(seconds = started.elapsed().as_secs_f64(), "space checked, destination locked");
-    let previous_done = state::read(&state::state_path(dest, &plan.id)).is_some_and(|s| s.phase == Phase::Done);
+    let previous_done = staging::read(&staging::state_path(dest, &plan.id)).is_some_and(|s| s.phase == Phase::Done);
     let mut current = new_state(plan, options, Phase::Mirroring);
-    state::write(dest, &current).map_err(StageError::io("writing state in", dest))?;
+    staging::write(dest, &current).map_err(StageError::io("writing state in", dest))?;
     let result = stage_locked(plan, options, &mut current, started, previous_done);
     if let Err(err) = &result {
         current.phase = Phase::Failed;
         current.error = Some(crate::errors::chain(err));
-        current.updated_unix = state::now_unix();
-        let _ = state::write(dest, &current);
+        current.updated_unix = staging::now_unix();
+        let _ = staging::write(dest, &current);
     }
     result.map(|mut report| {
         report.waited_for_another_stager = waited;
@@ -242,7 +241,7 @@ fn stage_locked(
     current.bytes_copied = copied_bytes;
     let seconds = started.elapsed().as_secs_f64();
     current.bytes_per_second = copied_bytes as f64 / seconds.max(1e-6);
-    current.updated_unix = state::now_unix();
+    current.updated_unix = staging::now_unix();
     if let Some(first) = failures.into_iter().next() {
         // Files whose copy failed point at the shared copy, so the mirror is whole.
         let failed: Vec<&str> = copies
@@ -256,7 +255,7 @@ fn stage_locked(
         return Err(StageError::Copy { dest: dest.clone(), count, first });
     }
     current.phase = Phase::Done;
-    state::write(dest, current).map_err(StageError::io("writing state in", dest))?;
+    staging::write(dest, current).map_err(StageError::io("writing state in", dest))?;
     Ok(StageReport {
         state: current.clone(),
         files_copied: copied_files,

@@ -13,11 +13,11 @@ use crate::ticker::Ticker;
 use super::StageOptions;
 use super::copy::CopyCounters;
 use super::plan::StagePlan;
-use super::state::{self, Phase, StageState};
+use crate::cache::staging::{self, Phase, StageState};
 
 /// The state a staging of `plan` starts from.
 pub fn new_state(plan: &StagePlan, options: &StageOptions, phase: Phase) -> StageState {
-    let now = state::now_unix();
+    let now = staging::now_unix();
     StageState {
         id: plan.id.clone(),
         name: plan.name.clone(),
@@ -54,8 +54,8 @@ pub(super) fn state_ticker(
         current.bytes_done = bytes + copied;
         current.bytes_copied = copied;
         current.bytes_per_second = copied as f64 / started.elapsed().as_secs_f64().max(1e-3);
-        current.updated_unix = state::now_unix();
-        if let Err(err) = state::write(&dest, &current) {
+        current.updated_unix = staging::now_unix();
+        if let Err(err) = staging::write(&dest, &current) {
             tracing::warn!(error = %err, "cannot update the staging state file");
         }
     })

@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
-pub use crate::cache::encoder::EncoderKind;
+use crate::cache::manifest::EncoderKind;
 use crate::cache::memo::memoized_hash;
 use crate::spec::Spec;
 pub use fast::FastEncoder;

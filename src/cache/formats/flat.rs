@@ -8,12 +8,13 @@ use std::path::Path;
 use serde_json::json;
 
 use crate::cache::layout::flat_file;
-use crate::cache::writer::{WriteError, WrittenFile};
+use crate::cache::manifest::WrittenFile;
+use crate::cache::writer::WriteError;
 
 use super::SplitParts;
-use super::io_error;
 use super::parts::for_each_length;
 use crate::cache::hashed_file::HashedFile;
+use crate::errors::IoError;
 
 /// Writes the split's flat files. `shared` is a file with the same token bytes
 /// (the Megatron `.bin`), hard-linked instead of copied again.
@@ -29,8 +30,9 @@ pub fn write_split(
     let bin_path = entry_root.join(&bin_relative);
     let bin = match shared {
         Some(shared) => {
-            crate::fsutil::create_dir_all(bin_path.parent().unwrap_or(entry_root)).map_err(io_error(&bin_path))?;
-            std::fs::hard_link(entry_root.join(&shared.path), &bin_path).map_err(io_error(&bin_path))?;
+            crate::fsutil::create_dir_all(bin_path.parent().unwrap_or(entry_root))
+                .map_err(IoError::at("writing", &bin_path))?;
+            std::fs::hard_link(entry_root.join(&shared.path), &bin_path).map_err(IoError::at("writing", &bin_path))?;
             WrittenFile { path: bin_relative, ..shared.clone() }
         }
         None => parts.join_tokens(&bin_path, bin_relative)?,
@@ -43,7 +45,7 @@ pub fn write_split(
     let mut offset = 0u64;
     for_each_length(&parts.lengths, |length| {
         offset += length as u64;
-        offsets.append(&offset.to_le_bytes())
+        Ok(offsets.append(&offset.to_le_bytes())?)
     })?;
     files.push(offsets.finish(offsets_relative)?);
     let description = json!({
@@ -58,7 +60,8 @@ pub fn write_split(
     });
     let json_relative = flat_file(split, ".json");
     let mut json_file = HashedFile::create(&entry_root.join(&json_relative))?;
-    let mut text = serde_json::to_vec_pretty(&description).map_err(|err| io_error(&bin_path)(err.into()))?;
+    let mut text =
+        serde_json::to_vec_pretty(&description).map_err(|err| IoError::at("writing", &bin_path)(err.into()))?;
     text.push(b'\n');
     json_file.append(&text)?;
     files.push(json_file.finish(json_relative)?);

@@ -21,7 +21,8 @@
 use std::path::{Path, PathBuf};
 
 use crate::cache::layout::megatron_file;
-use crate::cache::writer::{WriteError, WrittenFile};
+use crate::cache::manifest::WrittenFile;
+use crate::cache::writer::WriteError;
 use crate::spec::TokenType;
 
 use super::SplitParts;
@@ -65,7 +66,7 @@ fn write_index(idx: &mut HashedFile, rows: u64, lengths: &[PathBuf], token_type:
     idx.append(&[dtype_code(token_type)])?;
     idx.append(&rows.to_le_bytes())?;
     idx.append(&(rows + 1).to_le_bytes())?;
-    for_each_length(lengths, |length| idx.append(&(length as i32).to_le_bytes()))?;
+    for_each_length(lengths, |length| Ok(idx.append(&(length as i32).to_le_bytes())?))?;
     let size = token_size(token_type) as i64;
     let mut pointer = 0i64;
     for_each_length(lengths, |length| {

@@ -10,79 +10,16 @@ pub mod flat;
 pub mod megatron;
 mod parts;
 
-use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
-use serde::{Deserialize, Deserializer, Serialize};
-
 use crate::cache::layout::BuildLayout;
-use crate::cache::writer::{PartWriter, WriteError, WrittenFile};
+use crate::cache::manifest::WrittenFile;
+use crate::cache::writer::{PartWriter, WriteError};
+use crate::errors::IoError;
 use crate::fsutil;
-use crate::spec::TokenType;
+use crate::spec::{Formats, TokenType};
 
 pub use parts::TokenParts;
-
-/// One layout an entry can be written in.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Deserialize, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Format {
-    /// Hugging Face `datasets` Arrow files: always written.
-    Hf,
-    /// `megatron/<split>_text_document.{bin,idx}`.
-    Megatron,
-    /// `flat/<split>.bin` with `<split>.offsets.npy` and `<split>.json`.
-    Flat,
-}
-
-/// The formats a spec asks for. The Arrow files are always written: the entry's
-/// row counts, resumable shard records and `load_from_disk` all rest on them, so
-/// `"hf"` may be listed or left out and means the same.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Formats {
-    extra: BTreeSet<Format>,
-}
-
-impl<'de> Deserialize<'de> for Formats {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        let listed = Vec::<Format>::deserialize(deserializer)?;
-        Ok(Formats { extra: listed.into_iter().filter(|format| *format != Format::Hf).collect() })
-    }
-}
-
-impl Formats {
-    pub fn new(extra: impl IntoIterator<Item = Format>) -> Formats {
-        Formats { extra: extra.into_iter().filter(|format| *format != Format::Hf).collect() }
-    }
-
-    pub fn megatron(&self) -> bool {
-        self.extra.contains(&Format::Megatron)
-    }
-
-    pub fn flat(&self) -> bool {
-        self.extra.contains(&Format::Flat)
-    }
-
-    /// Whether any format beyond the Arrow files is asked for.
-    pub fn any_extra(&self) -> bool {
-        !self.extra.is_empty()
-    }
-
-    /// The extra formats for the fingerprint, in a fixed order; `None` for the
-    /// Arrow files alone, so such specs keep the fingerprint they always had.
-    pub fn canonical(&self) -> Option<serde_json::Value> {
-        self.any_extra().then(|| serde_json::json!(self.extra))
-    }
-
-    /// Refuses combinations a reader cannot load.
-    pub fn check(&self, token_type: TokenType) -> Result<(), String> {
-        if self.megatron() && token_type == TokenType::Uint32 {
-            return Err("output.formats has \"megatron\", whose index has no uint32 dtype code; \
-                 set output.token_type = \"int32\" (or \"uint16\" for vocabularies under 65536)"
-                .into());
-        }
-        Ok(())
-    }
-}
 
 /// Receives every row a shard produces and fans it out to the Arrow writer and,
 /// when extra formats are asked for, to the shard's token parts.
@@ -154,8 +91,9 @@ impl SplitParts<'_> {
     fn join_tokens(&self, target: &Path, relative: String) -> Result<WrittenFile, WriteError> {
         match (&self.tokens[..], &self.shards.token_parts[..]) {
             ([part], [known]) => {
-                fsutil::create_dir_all(target.parent().unwrap_or(Path::new("."))).map_err(io_error(target))?;
-                std::fs::hard_link(part, target).map_err(io_error(target))?;
+                fsutil::create_dir_all(target.parent().unwrap_or(Path::new(".")))
+                    .map_err(IoError::at("writing", target))?;
+                std::fs::hard_link(part, target).map_err(IoError::at("writing", target))?;
                 Ok(WrittenFile { path: relative, rows: 0, tokens: 0, ..known.clone() })
             }
             _ => parts::concatenate(&self.tokens, target, relative),
@@ -187,8 +125,4 @@ pub fn assemble_split(
         flat::write_split(entry_root, &parts, data.as_ref(), &mut files)?;
     }
     Ok(files)
-}
-
-pub(crate) fn io_error(path: &Path) -> impl Fn(std::io::Error) -> WriteError + '_ {
-    move |source| WriteError::Io { path: path.to_path_buf(), source }
 }

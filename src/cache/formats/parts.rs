@@ -6,11 +6,12 @@ use std::path::{Path, PathBuf};
 
 use crate::cache::hashed_file::HashedFile;
 use crate::cache::layout::BuildLayout;
-use crate::cache::writer::{WriteError, WrittenFile};
+use crate::cache::manifest::WrittenFile;
+use crate::cache::writer::WriteError;
 use crate::fsutil;
 use crate::spec::TokenType;
 
-use super::io_error;
+use crate::errors::IoError;
 
 /// One shard's rows for the extra formats: `<shard>.tokens` (the ids in the entry's
 /// dtype, little-endian, row after row) and `<shard>.lengths` (u32 per row).
@@ -89,13 +90,13 @@ pub fn token_size(token_type: TokenType) -> u64 {
 /// kernel (and are shared extents on filesystems that reflink); the hash then
 /// reads the result back in blocks.
 pub fn concatenate(parts: &[PathBuf], target: &Path, relative: String) -> Result<WrittenFile, WriteError> {
-    let error = io_error(target);
+    let error = IoError::at("writing", target);
     let dir = target.parent().unwrap_or(Path::new("."));
     fsutil::create_dir_all(dir).map_err(&error)?;
     let temp = fsutil::temp_file_in(dir).map_err(&error)?;
     let mut out: &File = temp.as_file();
     for part in parts {
-        let mut input = File::open(part).map_err(io_error(part))?;
+        let mut input = File::open(part).map_err(IoError::at("reading", part))?;
         std::io::copy(&mut input, &mut out).map_err(&error)?;
     }
     temp.as_file().sync_all().map_err(&error)?;
@@ -112,9 +113,9 @@ pub fn for_each_length(
 ) -> Result<(), WriteError> {
     let mut block = vec![0u8; 1 << 20];
     for part in parts {
-        let mut input = std::io::BufReader::new(File::open(part).map_err(io_error(part))?);
+        let mut input = std::io::BufReader::new(File::open(part).map_err(IoError::at("reading", part))?);
         loop {
-            let read = read_full(&mut input, &mut block).map_err(io_error(part))?;
+            let read = read_full(&mut input, &mut block).map_err(IoError::at("reading", part))?;
             for length in block[..read].chunks_exact(4) {
                 each(u32::from_le_bytes([length[0], length[1], length[2], length[3]]))?;
             }
