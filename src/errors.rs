@@ -18,6 +18,47 @@ pub struct IoError {
     pub source: io::Error,
 }
 
+/// Whose failure an error is, which `main` turns into the exit status. Every
+/// error type of ferry says it of itself (`Failure`), so a new type must decide.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fault {
+    /// Exit 1: the user can fix it (bad input, a missing path, no space, try again later).
+    User,
+    /// Exit 2: an internal error.
+    Internal,
+    /// This error reports a step; its cause decides (an I/O error's kind, say).
+    Cause,
+}
+
+/// An error type that says whose failure it is.
+pub trait Failure {
+    fn fault(&self) -> Fault;
+}
+
+/// I/O failures the user can fix: a missing or unusable path, a full or
+/// read-only disk, a quota, permissions.
+const USER_IO_KINDS: &[io::ErrorKind] = &[
+    io::ErrorKind::NotFound,
+    io::ErrorKind::NotADirectory,
+    io::ErrorKind::IsADirectory,
+    io::ErrorKind::PermissionDenied,
+    io::ErrorKind::ReadOnlyFilesystem,
+    io::ErrorKind::StorageFull,
+    io::ErrorKind::QuotaExceeded,
+];
+
+impl Failure for io::Error {
+    fn fault(&self) -> Fault {
+        if USER_IO_KINDS.contains(&self.kind()) { Fault::User } else { Fault::Internal }
+    }
+}
+
+impl Failure for IoError {
+    fn fault(&self) -> Fault {
+        self.source.fault()
+    }
+}
+
 impl IoError {
     /// For `map_err`: `fs::read(path).map_err(IoError::at("reading", path))`.
     pub fn at<'a>(doing: &'static str, path: &'a Path) -> impl Fn(io::Error) -> IoError + Copy + 'a {

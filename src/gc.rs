@@ -19,6 +19,7 @@ use crate::cache::layout::{
 };
 use crate::cache::lease;
 use crate::cache::staging;
+use crate::errors::{Failure, Fault, IoError};
 use crate::fsutil;
 use crate::fsutil::untrusted::Dir;
 use crate::status::{self, BuildState, EntryState, EntryStatus};
@@ -28,8 +29,8 @@ pub enum GcError {
     /// A stage holds the destination's lock: collecting now could remove what it copies.
     #[error("a ferry stage is running into {dest}; try again when it is done")]
     Busy { dest: PathBuf },
-    #[error("{doing} {path}")]
-    Io { doing: &'static str, path: PathBuf, source: io::Error },
+    #[error(transparent)]
+    Io(#[from] IoError),
 }
 
 /// What to keep. Every bound is optional; an entry is evicted if any bound asks.
@@ -157,11 +158,7 @@ fn unused(leases: io::Result<Vec<lease::LeaseInfo>>) -> bool {
 
 /// Garbage-collects a shared cache.
 pub fn collect_cache(cache: &CacheLayout, policy: &GcPolicy, dry_run: bool) -> Result<GcReport, GcError> {
-    collect_cache_io(cache, policy, dry_run).map_err(|source| GcError::Io {
-        doing: "collecting garbage in",
-        path: cache.root().to_path_buf(),
-        source,
-    })
+    Ok(collect_cache_io(cache, policy, dry_run).map_err(IoError::at("collecting garbage in", cache.root()))?)
 }
 
 /// The cache's directories, each opened once without following symlinks: anyone
@@ -356,25 +353,24 @@ fn relink_names(
 /// become symlinks to the cache again (or go when the cache entry is gone);
 /// dangling links and temporaries of killed stages are removed.
 pub fn collect_destination(dest: &Path, policy: &GcPolicy, dry_run: bool) -> Result<GcReport, GcError> {
-    let io = |path: &Path| {
-        let path = path.to_path_buf();
-        move |source| GcError::Io { doing: "cleaning", path, source }
-    };
     let mut report = GcReport { dry_run, ..GcReport::default() };
     let layout = DestLayout::new(dest);
     // A destination that does not exist is a wrong --dest (named once, here).
-    std::fs::metadata(dest).map_err(io(dest))?;
-    let root = Dir::open(dest).map_err(io(dest))?;
+    std::fs::metadata(dest).map_err(IoError::at("cleaning", dest))?;
+    let root = Dir::open(dest).map_err(IoError::at("cleaning", dest))?;
     // A destination never staged into has nothing to collect.
-    if root.open_dir_if_exists(CONTROL_DIR).map_err(io(dest))?.is_none() {
+    if root.open_dir_if_exists(CONTROL_DIR).map_err(IoError::at("cleaning", dest))?.is_none() {
         return Ok(report);
     }
-    let Some(_lock) = destination::lock(dest, false).map_err(io(dest))? else {
+    let Some(_lock) = destination::lock(dest, false).map_err(IoError::at("cleaning", dest))? else {
         return Err(GcError::Busy { dest: dest.to_path_buf() });
     };
     let states = staging::read_all(dest);
-    let Some(entries) = root.open_dir_if_exists(ENTRIES_DIR).map_err(io(dest))? else { return Ok(report) };
-    let mut staged = staged_entries(&entries, &states, dry_run, &mut report).map_err(io(entries.path()))?;
+    let Some(entries) = root.open_dir_if_exists(ENTRIES_DIR).map_err(IoError::at("cleaning", dest))? else {
+        return Ok(report);
+    };
+    let mut staged =
+        staged_entries(&entries, &states, dry_run, &mut report).map_err(IoError::at("cleaning", entries.path()))?;
     staged.sort_by_key(|e| std::cmp::Reverse(e.last_used_unix));
     for (index, reason) in plan_evictions(&staged, policy, SystemTime::now()) {
         let entry = &staged[index];
@@ -383,9 +379,11 @@ pub fn collect_destination(dest: &Path, policy: &GcPolicy, dry_run: bool) -> Res
             states.iter().find(|s| s.id == entry.short).map(|s| PathBuf::from(&s.source)).filter(|p| p.is_dir());
         if !dry_run {
             let trash = root.create_dir(CONTROL_DIR).and_then(|control| control.create_dir(TRASH_DIR));
-            trash.and_then(|trash| discard(&entries, &entry.short, &trash)).map_err(io(&path))?;
+            trash.and_then(|trash| discard(&entries, &entry.short, &trash)).map_err(IoError::at("cleaning", &path))?;
             match &source {
-                Some(source) => entries.replace_symlink(&entry.short, source).map_err(io(&path))?,
+                Some(source) => {
+                    entries.replace_symlink(&entry.short, source).map_err(IoError::at("cleaning", &path))?
+                }
                 None => {
                     let _ = std::fs::remove_file(staging::state_path(dest, &entry.short));
                 }
@@ -397,14 +395,14 @@ pub fn collect_destination(dest: &Path, policy: &GcPolicy, dry_run: bool) -> Res
     if !dry_run {
         crate::cache::destination::remove_stale_temps(&layout.mirror().entries_dir());
     }
-    if let Some(by_name) = root.open_dir_if_exists(BY_NAME_DIR).map_err(io(dest))? {
-        for link in by_name.list().map_err(io(by_name.path()))? {
+    if let Some(by_name) = root.open_dir_if_exists(BY_NAME_DIR).map_err(IoError::at("cleaning", dest))? {
+        for link in by_name.list().map_err(IoError::at("cleaning", by_name.path()))? {
             let path = by_name.display_path(&link.name);
             if path.exists() {
                 continue;
             }
             if !dry_run {
-                by_name.remove_file(&link.name).map_err(io(&path))?;
+                by_name.remove_file(&link.name).map_err(IoError::at("cleaning", &path))?;
             }
             report.record(GcActionKind::Link, &path, &link.name, 0, "its entry is gone".into());
         }
@@ -454,6 +452,15 @@ fn staged_entries(
         });
     }
     Ok(staged)
+}
+
+impl Failure for GcError {
+    fn fault(&self) -> Fault {
+        match self {
+            GcError::Busy { .. } => Fault::User,
+            GcError::Io(_) => Fault::Cause,
+        }
+    }
 }
 
 #[cfg(test)]

@@ -8,6 +8,7 @@ use rayon::prelude::*;
 
 use crate::cache::manifest::InputFile;
 use crate::cache::memo::memoized_hash;
+use crate::errors::{Failure, Fault};
 use crate::spec::Spec;
 
 #[derive(Debug, thiserror::Error)]
@@ -118,6 +119,12 @@ fn hash_file(file: &InputFile) -> Result<blake3::Hash, InputError> {
         return Err(InputError::Changed { path: file.path.clone() });
     }
     Ok(hash)
+}
+
+impl Failure for InputError {
+    fn fault(&self) -> Fault {
+        Fault::Cause
+    }
 }
 
 #[cfg(test)]

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use crate::errors::{Failure, Fault};
 use crate::gc::GcPolicy;
 
 pub const DEFAULT_CONFIG: &str = "/etc/ferry/ferry.toml";
@@ -321,4 +322,10 @@ impl Settings {
 fn parse_duration(text: &str) -> Option<Duration> {
     let text = text.trim();
     text.parse::<u64>().map(Duration::from_secs).ok().or_else(|| humantime::parse_duration(text).ok())
+}
+
+impl Failure for ConfigError {
+    fn fault(&self) -> Fault {
+        Fault::User
+    }
 }

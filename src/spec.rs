@@ -4,6 +4,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
+use crate::errors::{Failure, Fault};
 use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::json;
 
@@ -412,6 +413,12 @@ impl Formats {
                 .into());
         }
         Ok(())
+    }
+}
+
+impl Failure for SpecError {
+    fn fault(&self) -> Fault {
+        Fault::User
     }
 }
 

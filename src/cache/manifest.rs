@@ -7,6 +7,7 @@ use std::time::UNIX_EPOCH;
 
 use serde::{Deserialize, Serialize};
 
+use crate::errors::{Failure, Fault, IoError};
 use crate::fsutil::untrusted;
 
 /// Bump on incompatible changes; readers refuse versions they do not know.
@@ -188,10 +189,13 @@ pub struct BuildRecord {
 
 #[derive(Debug, thiserror::Error)]
 pub enum ManifestError {
-    #[error("reading manifest {path}")]
-    Read { path: String, source: std::io::Error },
-    #[error("manifest {path} is invalid: {message}")]
-    Invalid { path: String, message: String },
+    #[error(transparent)]
+    Read(#[from] IoError),
+    #[error(
+        "manifest {} is invalid: {message}; the entry cannot be used: remove it (`ferry gc` removes invalid entries) and prepare again",
+        path.display()
+    )]
+    Invalid { path: PathBuf, message: String },
 }
 
 /// The largest manifest read: one of an entry with 100,000 files is about 20 MB.
@@ -202,10 +206,8 @@ impl Manifest {
     /// write one, so it is read only if a regular file of bounded size, and every
     /// name and path in it must be plain (see `check`).
     pub fn load(path: &Path) -> Result<Manifest, ManifestError> {
-        let shown = path.display().to_string();
-        let bytes = untrusted::read_regular(path, MAX_MANIFEST_BYTES)
-            .map_err(|source| ManifestError::Read { path: shown.clone(), source })?;
-        Manifest::parse(&bytes).map_err(|message| ManifestError::Invalid { path: shown, message })
+        let bytes = untrusted::read_regular(path, MAX_MANIFEST_BYTES).map_err(IoError::at("reading manifest", path))?;
+        Manifest::parse(&bytes).map_err(|message| ManifestError::Invalid { path: path.to_path_buf(), message })
     }
 
     /// The manifest of the entry in `entry_dir`, a directory named by the entry's
@@ -216,7 +218,7 @@ impl Manifest {
         let directory = entry_dir.file_name().map(|n| n.to_string_lossy()).unwrap_or_default();
         if manifest.short_fingerprint() != directory {
             return Err(ManifestError::Invalid {
-                path: path.display().to_string(),
+                path: path.clone(),
                 message: format!("it names entry {}, but lies in {directory}", manifest.short_fingerprint()),
             });
         }
@@ -272,6 +274,15 @@ impl Manifest {
 /// Whether `text` is a blake3 digest as ferry writes it: 64 lowercase hex digits.
 pub fn is_hex_digest(text: &str) -> bool {
     text.len() == 64 && text.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+}
+
+impl Failure for ManifestError {
+    fn fault(&self) -> Fault {
+        match self {
+            ManifestError::Read(_) => Fault::Cause,
+            ManifestError::Invalid { .. } => Fault::User,
+        }
+    }
 }
 
 #[cfg(test)]

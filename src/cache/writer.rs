@@ -15,7 +15,7 @@ use serde_json::{Value, json};
 
 use crate::cache::hashed_file::HashedFile;
 use crate::cache::manifest::WrittenFile;
-use crate::errors::IoError;
+use crate::errors::{Failure, Fault, IoError};
 use crate::fsutil;
 use crate::spec::{SequenceSpec, TokenType};
 
@@ -235,6 +235,12 @@ pub fn write_split_metadata(
         "_split": split,
     });
     fsutil::write_json_atomic(&split_dir.join("state.json"), &state)
+}
+
+impl Failure for WriteError {
+    fn fault(&self) -> Fault {
+        Fault::Cause
+    }
 }
 
 #[cfg(test)]

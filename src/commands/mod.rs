@@ -29,6 +29,7 @@ use crate::cache::layout::CacheLayout;
 use crate::cache::layout::is_short_fingerprint;
 use crate::cache::manifest::Manifest;
 use crate::cli::{Cli, Command};
+use crate::errors::{Failure, Fault};
 use crate::progress::ProgressMode;
 use crate::settings::Settings;
 
@@ -126,5 +127,11 @@ pub fn find_entry(cache: &CacheLayout, prefix: &str) -> anyhow::Result<Manifest>
         many => {
             bail!(UserError(format!("{prefix} matches {} entries ({}); give more digits", many.len(), many.join(", "))))
         }
+    }
+}
+
+impl Failure for UserError {
+    fn fault(&self) -> Fault {
+        Fault::User
     }
 }

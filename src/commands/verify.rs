@@ -9,6 +9,7 @@ use crate::cache::destination::DestLayout;
 use crate::cache::layout::is_short_fingerprint;
 use crate::cache::layout::{CacheLayout, ENTRIES_DIR};
 use crate::cache::manifest::Manifest;
+use crate::errors::IoError;
 use crate::fsutil::untrusted::Dir;
 use crate::verify::{self, VerifyReport};
 
@@ -23,7 +24,8 @@ pub fn run(
     // (manifest, the entry's directory opened without following symlinks)
     let mut targets: Vec<(Manifest, Dir)> = Vec::new();
     let in_entries = |root: &Path, short: &str| -> anyhow::Result<Dir> {
-        Ok(Dir::open(root)?.open_dir(Path::new(ENTRIES_DIR).join(short))?)
+        let root = Dir::open(root).map_err(IoError::at("opening", root))?;
+        Ok(root.open_dir(Path::new(ENTRIES_DIR).join(short))?)
     };
     match (dest, fingerprint) {
         (Some(dest), _) => {

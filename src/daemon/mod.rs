@@ -14,6 +14,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::errors::{Failure, Fault};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::UnixListener;
 
@@ -114,5 +115,12 @@ async fn serve_metrics(listener: tokio::net::TcpListener, daemon: Arc<Daemon>) {
             );
             let _ = stream.write_all(response.as_bytes()).await;
         });
+    }
+}
+
+/// Every daemon error is about the socket or address the user named.
+impl Failure for DaemonError {
+    fn fault(&self) -> Fault {
+        Fault::User
     }
 }

@@ -52,15 +52,15 @@ pub fn check_name(name: &str) -> Result<(), String> {
 /// Reads a regular file of at most `max_bytes`, not following a symlink at `path`
 /// and never blocking on a FIFO. For files in a directory others may write.
 pub fn read_regular(path: &Path, max_bytes: u64) -> io::Result<Vec<u8>> {
-    let fd = rustix::fs::open(path, read_flags(), Mode::empty()).map_err(|errno| described(errno, path))?;
-    read_bounded(fd, path, max_bytes)
+    let fd = rustix::fs::open(path, read_flags(), Mode::empty()).map_err(|errno| described(errno, None))?;
+    read_bounded(fd, None, max_bytes)
 }
 
 fn read_flags() -> OFlags {
     OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC | OFlags::NOCTTY
 }
 
-fn read_bounded(fd: OwnedFd, path: &Path, max_bytes: u64) -> io::Result<Vec<u8>> {
+fn read_bounded(fd: OwnedFd, path: Option<&Path>, max_bytes: u64) -> io::Result<Vec<u8>> {
     let stat = rustix::fs::fstat(&fd)?;
     check_regular(&stat, path)?;
     if stat.st_size as u64 > max_bytes {
@@ -75,24 +75,20 @@ fn read_bounded(fd: OwnedFd, path: &Path, max_bytes: u64) -> io::Result<Vec<u8>>
     Ok(bytes)
 }
 
-fn check_regular(stat: &Stat, path: &Path) -> io::Result<()> {
+fn check_regular(stat: &Stat, path: Option<&Path>) -> io::Result<()> {
     match FileType::from_raw_mode(stat.st_mode) {
         FileType::RegularFile => Ok(()),
         other => Err(io::Error::new(
             io::ErrorKind::InvalidData,
-            format!("{} is a {} where a regular file was expected; remove it", path.display(), kind_name(other)),
+            format!("{}a {} where a regular file was expected; remove it", prefix(path), kind_name(other)),
         )),
     }
 }
 
-fn too_large(path: &Path, max_bytes: u64) -> io::Error {
+fn too_large(path: Option<&Path>, max_bytes: u64) -> io::Error {
     io::Error::new(
         io::ErrorKind::InvalidData,
-        format!(
-            "{} is larger than {}, more than such a file ever holds",
-            path.display(),
-            bytesize::ByteSize(max_bytes)
-        ),
+        format!("{}larger than {}, more than such a file ever holds", prefix(path), bytesize::ByteSize(max_bytes)),
     )
 }
 
@@ -109,18 +105,26 @@ fn kind_name(kind: FileType) -> &'static str {
     }
 }
 
-/// An `io::Error` for `errno` on `path`, saying what a refused symlink means.
-fn described(errno: Errno, path: &Path) -> io::Error {
+/// `"<path>: "`, or nothing where the caller names the path itself.
+fn prefix(path: Option<&Path>) -> String {
+    path.map(|path| format!("{}: ", path.display())).unwrap_or_default()
+}
+
+/// An `io::Error` for `errno`, saying what a refused symlink means. `path` is
+/// named where the caller knows only a name relative to a directory; a caller
+/// that gave the whole path names it in its own error.
+fn described(errno: Errno, path: Option<&Path>) -> io::Error {
     let error = io::Error::from(errno);
     let message = match errno {
         // O_NOFOLLOW and RESOLVE_NO_SYMLINKS answer ELOOP on a symlink.
         Errno::LOOP => format!(
-            "{}: a symbolic link stands on the way, and ferry follows none inside a cache or destination \
+            "{}a symbolic link stands on the way, and ferry follows none inside a cache or destination \
              (whoever can write there could point it anywhere); remove the link",
-            path.display()
+            prefix(path)
         ),
-        Errno::NOTDIR => format!("{}: not a directory where one was expected", path.display()),
-        _ => format!("{}: {error}", path.display()),
+        Errno::NOTDIR => format!("{}not a directory where one was expected", prefix(path)),
+        _ if path.is_none() => return error,
+        _ => format!("{}{error}", prefix(path)),
     };
     io::Error::new(error.kind(), message)
 }
@@ -173,7 +177,7 @@ impl Dir {
     /// Opens a directory the user named; symlinks on the way to it are followed.
     pub fn open(path: &Path) -> io::Result<Dir> {
         let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC;
-        let fd = rustix::fs::open(path, flags, Mode::empty()).map_err(|errno| described(errno, path))?;
+        let fd = rustix::fs::open(path, flags, Mode::empty()).map_err(|errno| described(errno, None))?;
         Ok(Dir { fd, path: path.to_path_buf() })
     }
 
@@ -207,7 +211,7 @@ impl Dir {
     pub fn create_dir(&self, name: &str) -> io::Result<Dir> {
         match rustix::fs::mkdirat(&self.fd, name, Mode::from(0o777)) {
             Ok(()) | Err(Errno::EXIST) => self.open_dir(name),
-            Err(errno) => Err(described(errno, &self.display_path(name))),
+            Err(errno) => Err(described(errno, Some(&self.display_path(name)))),
         }
     }
 
@@ -215,7 +219,7 @@ impl Dir {
     pub fn open_file(&self, relative: impl AsRef<Path>) -> io::Result<File> {
         let relative = relative.as_ref();
         let fd = self.resolve(relative, read_flags(), Mode::empty())?;
-        check_regular(&rustix::fs::fstat(&fd)?, &self.display_path(relative))?;
+        check_regular(&rustix::fs::fstat(&fd)?, Some(&self.display_path(relative)))?;
         Ok(File::from(fd))
     }
 
@@ -223,22 +227,22 @@ impl Dir {
     pub fn read(&self, relative: impl AsRef<Path>, max_bytes: u64) -> io::Result<Vec<u8>> {
         let relative = relative.as_ref();
         let fd = self.resolve(relative, read_flags(), Mode::empty())?;
-        read_bounded(fd, &self.display_path(relative), max_bytes)
+        read_bounded(fd, Some(&self.display_path(relative)), max_bytes)
     }
 
     /// What `name` here is, without following it.
     pub fn stat(&self, name: impl AsRef<Path>) -> io::Result<Stat> {
         let name = name.as_ref();
         rustix::fs::statat(&self.fd, name, AtFlags::SYMLINK_NOFOLLOW)
-            .map_err(|errno| described(errno, &self.display_path(name)))
+            .map_err(|errno| described(errno, Some(&self.display_path(name))))
     }
 
     /// The names in this directory (not `.` and `..`), with their types.
     pub fn list(&self) -> io::Result<Vec<DirItem>> {
-        let listing = rustix::fs::Dir::read_from(&self.fd).map_err(|errno| described(errno, &self.path))?;
+        let listing = rustix::fs::Dir::read_from(&self.fd).map_err(|errno| described(errno, Some(&self.path)))?;
         let mut items = Vec::new();
         for entry in listing {
-            let entry = entry.map_err(|errno| described(errno, &self.path))?;
+            let entry = entry.map_err(|errno| described(errno, Some(&self.path)))?;
             let bytes = entry.file_name().to_bytes();
             if bytes == b"." || bytes == b".." {
                 continue;
@@ -270,7 +274,7 @@ impl Dir {
                 Ok(true)
             }
             Err(Errno::EXIST) => Ok(false),
-            Err(errno) => Err(described(errno, &self.display_path(name))),
+            Err(errno) => Err(described(errno, Some(&self.display_path(name)))),
         }
     }
 
@@ -282,7 +286,7 @@ impl Dir {
             // O_NONBLOCK: a FIFO put there answers at once instead of waiting for a reader.
             let flags = OFlags::WRONLY | OFlags::CREATE | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC;
             rustix::fs::openat(&self.fd, name, flags, Mode::from(0o666))
-                .map_err(|errno| described(errno, &self.display_path(name)))?;
+                .map_err(|errno| described(errno, Some(&self.display_path(name))))?;
         }
         let now = Timespec { tv_sec: 0, tv_nsec: UTIME_NOW };
         rustix::fs::utimensat(
@@ -291,19 +295,19 @@ impl Dir {
             &Timestamps { last_access: now, last_modification: now },
             AtFlags::SYMLINK_NOFOLLOW,
         )
-        .map_err(|errno| described(errno, &self.display_path(name)))
+        .map_err(|errno| described(errno, Some(&self.display_path(name))))
     }
 
     /// Removes the file or symlink `name` here (a symlink itself, never its target).
     pub fn remove_file(&self, name: &str) -> io::Result<()> {
         rustix::fs::unlinkat(&self.fd, name, AtFlags::empty())
-            .map_err(|errno| described(errno, &self.display_path(name)))
+            .map_err(|errno| described(errno, Some(&self.display_path(name))))
     }
 
     /// Where the symlink `name` here points.
     pub fn read_link(&self, name: &str) -> io::Result<PathBuf> {
         let target = rustix::fs::readlinkat(&self.fd, name, Vec::new())
-            .map_err(|errno| described(errno, &self.display_path(name)))?;
+            .map_err(|errno| described(errno, Some(&self.display_path(name))))?;
         Ok(PathBuf::from(std::ffi::OsString::from_vec(target.into_bytes())))
     }
 
@@ -312,17 +316,17 @@ impl Dir {
     pub fn replace_symlink(&self, name: &str, target: &Path) -> io::Result<()> {
         let temp = format!(".tmp-{name}.{}.{}", std::process::id(), super::unique_suffix());
         rustix::fs::symlinkat(target, &self.fd, temp.as_str())
-            .map_err(|errno| described(errno, &self.display_path(&temp)))?;
+            .map_err(|errno| described(errno, Some(&self.display_path(&temp))))?;
         rustix::fs::renameat(&self.fd, temp.as_str(), &self.fd, name).map_err(|errno| {
             let _ = rustix::fs::unlinkat(&self.fd, temp.as_str(), AtFlags::empty());
-            described(errno, &self.display_path(name))
+            described(errno, Some(&self.display_path(name)))
         })
     }
 
     /// Removes the directory `name` here if it is empty (a symlink is refused).
     pub fn remove_empty_dir(&self, name: &str) -> io::Result<()> {
         rustix::fs::unlinkat(&self.fd, name, AtFlags::REMOVEDIR)
-            .map_err(|errno| described(errno, &self.display_path(name)))
+            .map_err(|errno| described(errno, Some(&self.display_path(name))))
     }
 
     /// Removes `name` here and, if it is a directory, everything below it. Symlinks
@@ -338,7 +342,7 @@ impl Dir {
             Ok(()) | Err(Errno::NOENT) => return Ok(()),
             // Linux answers EISDIR for a directory (POSIX allows EPERM).
             Err(Errno::ISDIR | Errno::PERM) => {}
-            Err(errno) => return Err(described(errno, &self.display_path(name))),
+            Err(errno) => return Err(described(errno, Some(&self.display_path(name)))),
         }
         if depth >= MAX_DEPTH {
             return Err(io::Error::other(format!(
@@ -352,7 +356,7 @@ impl Dir {
         }
         match rustix::fs::unlinkat(&self.fd, name, AtFlags::REMOVEDIR) {
             Ok(()) | Err(Errno::NOENT) => Ok(()),
-            Err(errno) => Err(described(errno, &self.display_path(name))),
+            Err(errno) => Err(described(errno, Some(&self.display_path(name)))),
         }
     }
 
@@ -368,9 +372,9 @@ impl Dir {
             Err(Errno::INVAL | Errno::NOSYS) => match rustix::fs::renameat(&self.fd, name, &to.fd, to_name) {
                 Ok(()) => Ok(true),
                 Err(Errno::EXIST | Errno::NOTEMPTY) => Ok(false),
-                Err(errno) => Err(described(errno, &self.display_path(name))),
+                Err(errno) => Err(described(errno, Some(&self.display_path(name)))),
             },
-            Err(errno) => Err(described(errno, &self.display_path(name))),
+            Err(errno) => Err(described(errno, Some(&self.display_path(name)))),
         }
     }
 
@@ -406,11 +410,11 @@ impl Dir {
                 Err(Errno::NOSYS | Errno::PERM) => HAVE_OPENAT2.store(false, Ordering::Relaxed),
                 // openat2 refuses a racing rename with EAGAIN; the walk below has no such case.
                 Err(Errno::AGAIN) => {}
-                Err(errno) => return Err(described(symlink_refused(errno, &shown()), &shown())),
+                Err(errno) => return Err(described(symlink_refused(errno, &shown()), Some(&shown()))),
             }
         }
         self.resolve_by_components(relative, flags, mode)
-            .map_err(|errno| described(symlink_refused(errno, &shown()), &shown()))
+            .map_err(|errno| described(symlink_refused(errno, &shown()), Some(&shown())))
     }
 
     fn resolve_by_components(&self, relative: &Path, flags: OFlags, mode: Mode) -> Result<OwnedFd, Errno> {

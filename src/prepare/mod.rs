@@ -19,6 +19,7 @@ use crate::cache::layout::{BUILDING_DIR, BuildLayout, CacheLayout, EntryLayout, 
 use crate::cache::lease::Lease;
 use crate::cache::manifest::{BuildRecord, Manifest, ManifestError};
 use crate::cache::writer::{Columns, WriteError};
+use crate::errors::{Failure, Fault, IoError};
 use crate::fingerprint::{Fingerprint, FingerprintInputs};
 use crate::fsutil::{self, untrusted};
 use crate::inputs::{self, ContentHashMemo, InputError, SplitInputs};
@@ -47,8 +48,12 @@ pub enum PrepareError {
     Write(WriteError),
     #[error(transparent)]
     Manifest(#[from] ManifestError),
-    #[error("{doing}")]
-    Io { doing: &'static str, source: std::io::Error },
+    #[error(transparent)]
+    Io(#[from] IoError),
+    #[error("another task published {path}, but it is gone; run prepare again")]
+    Vanished { path: PathBuf },
+    #[error("starting worker threads")]
+    Threads(#[source] rayon::ThreadPoolBuildError),
     /// The cache's layout version, or the cache root itself, is not usable.
     #[error("checking the cache layout of {path}")]
     Layout { path: PathBuf, source: std::io::Error },
@@ -60,12 +65,6 @@ pub enum PrepareError {
         "split {split:?} has no documents: {filtered} filtered out, {skipped} bad records skipped; check source.text_field, [filter] and the inputs"
     )]
     EmptySplit { split: String, filtered: u64, skipped: u64 },
-}
-
-impl PrepareError {
-    pub(crate) fn io(doing: &'static str) -> impl Fn(std::io::Error) -> PrepareError {
-        move |source| PrepareError::Io { doing, source }
-    }
 }
 
 /// Execution settings; none of them changes the entry's bytes.
@@ -140,7 +139,8 @@ pub fn prepare(spec: &Spec, cache: &CacheLayout, options: &PrepareOptions) -> Re
     let build = cache.build(&short);
     let tasks = shard_tasks(&located);
     create_build_dirs(&build, &located)?;
-    let _lease = Lease::acquire(cache, &short, "build").map_err(PrepareError::io("taking a build lease"))?;
+    let _lease =
+        Lease::acquire(cache, &short, "build").map_err(IoError::at("taking a build lease in", cache.root()))?;
     let tokenize_started = Instant::now();
     let claims = Claims::new();
     let run = BuildRun { spec, cache, options, located: &located, encoders: &encoders, build: &build };
@@ -150,10 +150,8 @@ pub fn prepare(spec: &Spec, cache: &CacheLayout, options: &PrepareOptions) -> Re
             // A task that set up the build directory while another published leaves
             // it behind otherwise; whoever leaves last removes it.
             let _ = untrusted::remove_tree_below(cache.root(), &Path::new(BUILDING_DIR).join(&short));
-            let (entry, manifest) = published(cache, &located.fingerprint)?.ok_or_else(|| PrepareError::Io {
-                doing: "waiting for the entry",
-                source: std::io::Error::other("the publisher finished but the entry is missing"),
-            })?;
+            let vanished = || PrepareError::Vanished { path: cache.entry(&short).root().to_path_buf() };
+            let (entry, manifest) = published(cache, &located.fingerprint)?.ok_or_else(vanished)?;
             let prepared = Prepared { entry, manifest, built: false, shards_tokenized_here: tokenized_here };
             return use_published(cache, spec, prepared);
         }
@@ -213,11 +211,11 @@ fn shard_tasks(located: &Located) -> Vec<shard::ShardTask> {
 }
 
 fn create_build_dirs(build: &BuildLayout, located: &Located) -> Result<(), PrepareError> {
-    for split in &located.splits {
-        fsutil::create_dir_all(&build.parts_dir(&split.name))
-            .map_err(PrepareError::io("creating the build directory"))?;
+    let dirs = located.splits.iter().map(|split| build.parts_dir(&split.name)).chain([build.claims_dir()]);
+    for dir in dirs {
+        fsutil::create_dir_all(&dir).map_err(IoError::at("creating", &dir))?;
     }
-    fsutil::create_dir_all(&build.claims_dir()).map_err(PrepareError::io("creating the build directory"))
+    Ok(())
 }
 
 /// What one build of an entry works with.
@@ -250,10 +248,8 @@ fn tokenize_all<'a>(
         counters: &counters,
         budget: &budget,
     };
-    let pool = rayon::ThreadPoolBuilder::new()
-        .num_threads(options.jobs.max(1))
-        .build()
-        .map_err(|err| PrepareError::Io { doing: "starting worker threads", source: std::io::Error::other(err) })?;
+    let pool =
+        rayon::ThreadPoolBuilder::new().num_threads(options.jobs.max(1)).build().map_err(PrepareError::Threads)?;
     let total_input_bytes: u64 = tasks.iter().map(|t| t.input.size).sum();
     let _reporter =
         start_reporter(options.progress, counters.clone(), build.clone(), tasks.len() as u64, total_input_bytes);
@@ -319,5 +315,16 @@ pub fn mark_used(cache: &CacheLayout, short_fingerprint: &str) {
         .and_then(|used| used.touch(short_fingerprint, true));
     if let Err(err) = result {
         tracing::warn!(path = %cache.used_marker(short_fingerprint).display(), error = %err, "cannot record the entry's last use");
+    }
+}
+
+impl Failure for PrepareError {
+    fn fault(&self) -> Fault {
+        match self {
+            // Writing and I/O failures are the user's when the disk or permissions are.
+            PrepareError::Write(_) | PrepareError::Io(_) => Fault::Cause,
+            PrepareError::Threads(_) => Fault::Internal,
+            _ => Fault::User,
+        }
     }
 }

@@ -8,6 +8,7 @@ use crate::cache::layout::{BuildLayout, CacheLayout, EntryLayout, data_file_name
 use crate::cache::manifest::Manifest;
 use crate::cache::manifest::WrittenFile;
 use crate::cache::writer::{self, Columns};
+use crate::errors::IoError;
 use crate::fsutil::{self, untrusted};
 use crate::spec::Formats;
 
@@ -35,12 +36,12 @@ pub fn assemble(
 ) -> Result<Assembly, PrepareError> {
     let assembly = build.assembly(&fsutil::host_name(), std::process::id());
     untrusted::remove_tree_below(build.root(), Path::new(assembly_name(&assembly)))
-        .map_err(PrepareError::io("clearing an old assembly"))?;
+        .map_err(IoError::at("clearing an old assembly in", build.root()))?;
     let mut files = Vec::new();
     let mut data_files = BTreeMap::new();
     for (split, shards) in records {
         let split_dir = assembly.split_dir(split);
-        fsutil::create_dir_all(&split_dir).map_err(PrepareError::io("creating the assembly"))?;
+        fsutil::create_dir_all(&split_dir).map_err(IoError::at("creating", &split_dir))?;
         let parts: Vec<&WrittenFile> = shards.iter().flat_map(|record| &record.files).collect();
         let count = parts.len().max(1);
         let mut names = Vec::new();
@@ -54,13 +55,13 @@ pub fn assemble(
         for (index, part) in parts.into_iter().enumerate() {
             let name = data_file_name(index, count);
             let source = build.parts_dir(split).join(&part.path);
-            fs_err::hard_link(&source, split_dir.join(&name))
-                .map_err(PrepareError::io("linking a part into the assembly"))?;
+            std::fs::hard_link(&source, split_dir.join(&name))
+                .map_err(IoError::at("linking into the assembly", &source))?;
             files.push(WrittenFile { path: format!("{split}/{name}"), ..part.clone() });
             names.push(name);
         }
         writer::write_split_metadata(&split_dir, split, &names, columns, short_fingerprint)
-            .map_err(PrepareError::io("writing split metadata"))?;
+            .map_err(IoError::at("writing the split metadata in", &split_dir))?;
         for metadata in ["dataset_info.json", "state.json"] {
             files.push(hash_small_file(assembly.root(), &format!("{split}/{metadata}"))?);
         }
@@ -83,14 +84,16 @@ pub fn assemble(
         data_files.insert(split.clone(), names.iter().map(|name| format!("{split}/{name}")).collect());
     }
     let splits: Vec<&String> = records.keys().collect();
-    fsutil::write_json_atomic(&assembly.dataset_dict(), &serde_json::json!({"splits": splits}))
-        .map_err(PrepareError::io("writing dataset_dict.json"))?;
+    let dataset_dict = assembly.dataset_dict();
+    fsutil::write_json_atomic(&dataset_dict, &serde_json::json!({"splits": splits}))
+        .map_err(IoError::at("writing", &dataset_dict))?;
     files.push(hash_small_file(assembly.root(), "dataset_dict.json")?);
     Ok(Assembly { entry: assembly, data_files, files })
 }
 
 fn hash_small_file(root: &Path, relative: &str) -> Result<WrittenFile, PrepareError> {
-    let bytes = fs_err::read(root.join(relative)).map_err(PrepareError::io("reading back metadata"))?;
+    let path = root.join(relative);
+    let bytes = std::fs::read(&path).map_err(IoError::at("reading back", &path))?;
     Ok(WrittenFile {
         path: relative.to_string(),
         size: bytes.len() as u64,
@@ -104,12 +107,14 @@ fn hash_small_file(root: &Path, relative: &str) -> Result<WrittenFile, PrepareEr
 /// `by-name` at it. Returns false if another process published the entry first
 /// (its copy is then the entry; ours is removed).
 pub fn publish(cache: &CacheLayout, assembly: EntryLayout, manifest: &Manifest) -> Result<bool, PrepareError> {
-    fsutil::write_json_atomic(&assembly.manifest(), manifest).map_err(PrepareError::io("writing the manifest"))?;
+    let manifest_path = assembly.manifest();
+    fsutil::write_json_atomic(&manifest_path, manifest).map_err(IoError::at("writing", &manifest_path))?;
     let short = manifest.short_fingerprint();
-    fsutil::create_dir_all(&cache.entries_dir()).map_err(PrepareError::io("creating entries/"))?;
+    let entries = cache.entries_dir();
+    fsutil::create_dir_all(&entries).map_err(IoError::at("creating", &entries))?;
     let target = cache.entry(short);
     let won =
-        fsutil::rename_no_replace(assembly.root(), target.root()).map_err(PrepareError::io("publishing the entry"))?;
+        fsutil::rename_no_replace(assembly.root(), target.root()).map_err(IoError::at("publishing", target.root()))?;
     if !won && let Some(build) = assembly.root().parent() {
         let _ = untrusted::remove_tree_below(build, Path::new(assembly_name(&assembly)));
     }
@@ -128,6 +133,7 @@ pub fn link_name(cache: &CacheLayout, name: &str, short_fingerprint: &str) -> Re
     if std::fs::read_link(&link).is_ok_and(|current| current == target) {
         return Ok(());
     }
-    fsutil::create_dir_all(&cache.by_name_dir()).map_err(PrepareError::io("creating by-name/"))?;
-    fsutil::replace_symlink(&target, &link).map_err(PrepareError::io("linking by-name"))
+    let by_name = cache.by_name_dir();
+    fsutil::create_dir_all(&by_name).map_err(IoError::at("creating", &by_name))?;
+    Ok(fsutil::replace_symlink(&target, &link).map_err(IoError::at("linking", &link))?)
 }

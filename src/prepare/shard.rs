@@ -13,6 +13,7 @@ use crate::cache::manifest::EncoderKind;
 use crate::cache::manifest::InputFile;
 use crate::cache::manifest::{Counts, InputRecord, WrittenFile};
 use crate::cache::writer::{Columns, WriteError};
+use crate::errors::{Failure, Fault};
 use crate::fsutil::untrusted;
 use crate::source::{RecordProblem, Selector, SourceError};
 use crate::spec::Spec;
@@ -98,5 +99,11 @@ impl ShardContext<'_> {
             std::fs::metadata(path).is_ok_and(|m| m.len() == file.size)
         });
         (same_input && record.encoder == kind && parts_present).then_some(record)
+    }
+}
+
+impl Failure for ShardError {
+    fn fault(&self) -> Fault {
+        Fault::Cause
     }
 }

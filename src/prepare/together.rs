@@ -7,6 +7,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use crate::cache::layout::CacheLayout;
 use crate::cache::manifest::EncoderKind;
+use crate::errors::IoError;
 use crate::fingerprint::Fingerprint;
 use crate::fsutil;
 
@@ -64,8 +65,7 @@ pub(super) fn build_together<'a>(
                 // Rare: the vocabulary looked equivalent but is not. Every shard of the
                 // build is then encoded by the reference, so the output stays deterministic.
                 tracing::warn!(path = %path.display(), record, "the fast encoder disagrees with the tokenizer; re-encoding every shard with the tokenizer");
-                fsutil::write_atomic(&fast_disabled, b"")
-                    .map_err(PrepareError::io("recording the fast-path fallback"))?;
+                fsutil::write_atomic(&fast_disabled, b"").map_err(IoError::at("writing", &fast_disabled))?;
                 continue;
             }
             // A straggler whose build was published meanwhile has nothing left to do.
@@ -80,9 +80,8 @@ pub(super) fn build_together<'a>(
         let records: Option<Vec<ShardRecord>> = known.iter().cloned().collect();
         match records {
             Some(records) => {
-                if let Some(guard) =
-                    claims.try_claim(&build.publish_lock()).map_err(PrepareError::io("claiming the publication"))?
-                {
+                let publish_lock = build.publish_lock();
+                if let Some(guard) = claims.try_claim(&publish_lock).map_err(IoError::at("claiming", &publish_lock))? {
                     if published(cache, fingerprint)?.is_some() {
                         return Ok(Together::PublishedElsewhere { tokenized_here });
                     }
@@ -131,10 +130,11 @@ fn run_claimed_shards(
                     if context.finished_record(task, kind).is_some() {
                         continue;
                     }
-                    let claim = match claims.try_claim(&context.build.claim(&task.split, task.shard)) {
+                    let claim_path = context.build.claim(&task.split, task.shard);
+                    let claim = match claims.try_claim(&claim_path) {
                         Ok(Some(claim)) => claim,
                         Ok(None) => continue,
-                        Err(err) => return fail(PrepareError::Io { doing: "claiming a shard", source: err }),
+                        Err(err) => return fail(IoError::at("claiming", &claim_path)(err).into()),
                     };
                     // Finished by another task between our look and our claim.
                     if context.finished_record(task, kind).is_some() {

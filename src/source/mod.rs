@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
+use crate::errors::{Failure, Fault};
 use crate::spec::{FilterSpec, SourceFormat};
 
 /// One document kept by the selector.
@@ -195,6 +196,12 @@ fn lookup<'v>(value: &'v Value, path: &[String]) -> Option<&'v Value> {
 
 fn lookup_mut<'v>(value: &'v mut Value, path: &[String]) -> Option<&'v mut Value> {
     path.iter().try_fold(value, |value, key| value.get_mut(key))
+}
+
+impl Failure for SourceError {
+    fn fault(&self) -> Fault {
+        Fault::Cause
+    }
 }
 
 #[cfg(test)]

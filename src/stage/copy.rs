@@ -8,11 +8,12 @@ use std::cell::RefCell;
 use std::fs::File;
 use std::io::{self, Read, Write};
 use std::os::unix::fs::FileExt;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use super::landing::Landing;
+use crate::errors::{Failure, Fault, IoError};
 use crate::fsutil::untrusted::Dir;
 
 /// Files above this size are split into chunks of this size.
@@ -54,8 +55,8 @@ pub struct CopyCounters {
 
 #[derive(Debug, thiserror::Error)]
 pub enum CopyError {
-    #[error("{doing} {path}")]
-    Io { doing: &'static str, path: PathBuf, source: io::Error },
+    #[error(transparent)]
+    Io(#[from] IoError),
     #[error(
         "{path}: copied {found} bytes, the manifest says {expected}; the cache copy may be damaged: run `ferry verify`"
     )]
@@ -66,12 +67,8 @@ pub enum CopyError {
     Hash { path: PathBuf, expected: String, found: String },
 }
 
-fn io_error<'a>(doing: &'static str, path: &'a Path) -> impl FnOnce(io::Error) -> CopyError + 'a {
-    move |source| CopyError::Io { doing, path: path.to_path_buf(), source }
-}
-
-fn source_error<'a>(doing: &'static str, job: &'a CopyJob) -> impl FnOnce(io::Error) -> CopyError + 'a {
-    move |source| CopyError::Io { doing, path: job.source.path(), source }
+fn source_error<'a>(doing: &'static str, job: &'a CopyJob) -> impl FnOnce(io::Error) -> IoError + 'a {
+    move |source| IoError { doing, path: job.source.path(), source }
 }
 
 /// A unit of work: a whole file, or one chunk of a big file.
@@ -170,7 +167,7 @@ fn open_source(job: &CopyJob) -> Result<File, CopyError> {
 
 fn copy_whole(job: &CopyJob, verify: bool, counters: &CopyCounters) -> Result<(), CopyError> {
     let mut source = open_source(job)?;
-    let mut landing = Landing::create(&job.dest).map_err(io_error("creating", &job.dest))?;
+    let mut landing = Landing::create(&job.dest).map_err(IoError::at("creating", &job.dest))?;
     let result = if verify {
         copy_hashing(&mut source, &mut landing.file, job, counters)
     } else {
@@ -178,7 +175,7 @@ fn copy_whole(job: &CopyJob, verify: bool, counters: &CopyCounters) -> Result<()
     };
     drop_cached(&source, 0, job.size);
     match result {
-        Ok(()) => landing.land(&job.dest).map_err(io_error("landing", &job.dest)),
+        Ok(()) => Ok(landing.land(&job.dest).map_err(IoError::at("landing", &job.dest))?),
         Err(err) => {
             landing.discard();
             Err(err)
@@ -218,11 +215,11 @@ fn copy_hashing(source: &mut File, dest: &mut File, job: &CopyJob, counters: &Co
                 break;
             }
             hasher.update(&buffer[..n]);
-            dest.write_all(&buffer[..n]).map_err(io_error("writing", &job.dest))?;
+            dest.write_all(&buffer[..n]).map_err(IoError::at("writing", &job.dest))?;
             copied += n as u64;
             counters.bytes_done.fetch_add(n as u64, Ordering::Relaxed);
         }
-        Ok(())
+        Ok::<(), CopyError>(())
     })?;
     if copied != job.size {
         return Err(CopyError::Size { path: job.source.path(), expected: job.size, found: copied });
@@ -238,10 +235,10 @@ fn copy_hashing(source: &mut File, dest: &mut File, job: &CopyJob, counters: &Co
 
 fn prepare_chunked(job: &CopyJob) -> Result<Chunked, CopyError> {
     drop(open_source(job)?);
-    let landing = Landing::create(&job.dest).map_err(io_error("creating", &job.dest))?;
+    let landing = Landing::create(&job.dest).map_err(IoError::at("creating", &job.dest))?;
     if let Err(err) = landing.file.set_len(job.size) {
         landing.discard();
-        return Err(CopyError::Io { doing: "sizing", path: job.dest.clone(), source: err });
+        return Err(IoError { doing: "sizing", path: job.dest.clone(), source: err }.into());
     }
     Ok(Chunked { landing, chunks_left: AtomicUsize::new(0), failed: Default::default() })
 }
@@ -284,7 +281,7 @@ fn copy_range(
                 | rustix::io::Errno::INVAL,
             ) => IN_KERNEL_COPY.store(false, Ordering::Relaxed),
             Err(errno) => {
-                return Err(CopyError::Io { doing: "copying", path: job.source.path(), source: errno.into() });
+                return Err(IoError { doing: "copying", path: job.source.path(), source: errno.into() }.into());
             }
         }
     }
@@ -309,7 +306,7 @@ fn copy_range_by_buffer(
             if n == 0 {
                 return Err(CopyError::Size { path: job.source.path(), expected: job.size, found: offset });
             }
-            dest.write_all_at(&buffer[..n], offset).map_err(io_error("writing", &job.dest))?;
+            dest.write_all_at(&buffer[..n], offset).map_err(IoError::at("writing", &job.dest))?;
             counters.bytes_done.fetch_add(n as u64, Ordering::Relaxed);
             offset += n as u64;
         }
@@ -327,12 +324,19 @@ fn finish_chunked(job: &CopyJob, state: &Chunked) -> Result<(), Option<CopyError
     state
         .landing
         .land(&job.dest)
-        .map_err(|source| Some(CopyError::Io { doing: "landing", path: job.dest.clone(), source }))
+        .map_err(|source| Some(IoError { doing: "landing", path: job.dest.clone(), source }.into()))
+}
+
+impl Failure for CopyError {
+    fn fault(&self) -> Fault {
+        Fault::Cause
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::path::Path;
 
     fn job(dir: &Path, name: &str, bytes: &[u8]) -> CopyJob {
         let source = dir.join("src").join(name);

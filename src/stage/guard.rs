@@ -4,6 +4,7 @@
 use std::path::Path;
 
 use crate::cache::destination::{self, DestinationLock};
+use crate::errors::IoError;
 use crate::fsutil;
 
 use super::StageError;
@@ -16,7 +17,7 @@ pub(super) fn check_free(dest: &Path, needed: u64) -> Result<(), StageError> {
             break;
         }
     }
-    let available = fsutil::available_bytes(&probe).map_err(StageError::io("checking free space on", &probe))?;
+    let available = fsutil::available_bytes(&probe).map_err(IoError::at("checking free space on", &probe))?;
     if needed > available {
         return Err(StageError::NoSpace {
             dest: dest.to_path_buf(),
@@ -29,11 +30,7 @@ pub(super) fn check_free(dest: &Path, needed: u64) -> Result<(), StageError> {
 
 /// Takes the destination's stage lock, waiting for another stager if needed.
 pub fn lock_destination(dest: &Path) -> Result<DestinationLock, StageError> {
-    let locked = destination::lock(dest, true).map_err(StageError::io("locking", dest))?;
+    let locked = destination::lock(dest, true).map_err(IoError::at("locking", dest))?;
     // Waiting never returns "held by another".
-    locked.ok_or_else(|| StageError::Io {
-        doing: "locking",
-        path: dest.to_path_buf(),
-        source: std::io::ErrorKind::WouldBlock.into(),
-    })
+    locked.ok_or_else(|| IoError::at("locking", dest)(std::io::ErrorKind::WouldBlock.into()).into())
 }

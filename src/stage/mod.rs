@@ -29,6 +29,7 @@ use crate::cache::destination::DestLayout;
 use crate::cache::layout::CacheLayout;
 use crate::cache::lease::Lease;
 use crate::cache::staging::{self, Phase, StageState};
+use crate::errors::{Failure, Fault, IoError};
 use crate::progress::ProgressMode;
 use copy::{CopyCounters, CopyError, CopyJob};
 use guard::check_free;
@@ -41,8 +42,8 @@ pub enum StageError {
         "not enough space in {dest}: staging needs {needed}, {available} available; free space there or stage to another --dest"
     )]
     NoSpace { dest: PathBuf, needed: bytesize::ByteSize, available: bytesize::ByteSize },
-    #[error("{doing} {path}")]
-    Io { doing: &'static str, path: PathBuf, source: std::io::Error },
+    #[error(transparent)]
+    Io(#[from] IoError),
     #[error("{count} file(s) failed to stage into {dest}; the first one")]
     Copy {
         dest: PathBuf,
@@ -56,12 +57,6 @@ pub enum StageError {
     OutsideSource { line: usize, path: String, src: PathBuf },
     #[error("--files-from line {line}: {path} is not a regular file")]
     NotAFile { line: usize, path: PathBuf },
-}
-
-impl StageError {
-    fn io<'a>(doing: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -> StageError + 'a {
-        move |source| StageError::Io { doing, path: path.to_path_buf(), source }
-    }
 }
 
 #[derive(Debug, Clone)]
@@ -93,24 +88,24 @@ pub struct StageReport {
 /// `--background` links every missing file so a reader finds them all at once.
 /// Files already copied are left alone. Call with the destination lock held.
 pub fn build_mirror(plan: &StagePlan, dest: &Path, link: &[&str]) -> Result<(), StageError> {
-    let mirror_error = StageError::io("mirroring into", dest);
+    let mirror_error = IoError::at("mirroring into", dest);
     let relative: Vec<&str> = plan.files.iter().map(|f| f.relative.as_str()).collect();
     match &plan.kind {
         PlanKind::Entry { cache } => {
             mirror::mirror_cache(cache, dest, &plan.id).map_err(mirror_error)?;
-            mirror::ensure_real_dir(&plan.dest_root).map_err(StageError::io("mirroring into", dest))?;
+            mirror::ensure_real_dir(&plan.dest_root).map_err(IoError::at("mirroring into", dest))?;
             // by-name/<name> names the entry being staged, whatever the cache's link says now.
             let link = DestLayout::new(dest).mirror().by_name(&plan.name);
             mirror::ensure_symlink(&CacheLayout::by_name_target(&plan.id), &link)
-                .map_err(StageError::io("linking", &link))?;
+                .map_err(IoError::at("linking", &link))?;
         }
         PlanKind::DropIn => {
             let listed: HashSet<&str> = relative.iter().copied().collect();
             mirror_tree(&plan.source_root, dest, &listed).map_err(mirror_error)?;
         }
     }
-    mirror::make_dirs(&plan.dest_root, &relative).map_err(StageError::io("mirroring into", dest))?;
-    mirror::link_files(&plan.source_root, &plan.dest_root, link).map_err(StageError::io("mirroring into", dest))
+    mirror::make_dirs(&plan.dest_root, &relative).map_err(IoError::at("mirroring into", dest))?;
+    Ok(mirror::link_files(&plan.source_root, &plan.dest_root, link).map_err(IoError::at("mirroring into", dest))?)
 }
 
 /// Drop-in mode: every file of `src` but the `listed` ones as a symlink
@@ -153,11 +148,7 @@ pub fn stage(plan: &StagePlan, options: &StageOptions) -> Result<StageReport, St
                 None
             }
             Err(err) => {
-                return Err(StageError::Io {
-                    doing: "taking a lease in",
-                    path: cache.root().to_path_buf(),
-                    source: err,
-                });
+                return Err(IoError::at("taking a lease in", cache.root())(err).into());
             }
         },
         PlanKind::DropIn => None,
@@ -167,7 +158,7 @@ pub fn stage(plan: &StagePlan, options: &StageOptions) -> Result<StageReport, St
     tracing::debug!(seconds = started.elapsed().as_secs_f64(), "space checked, destination locked");
     let previous_done = staging::read(&staging::state_path(dest, &plan.id)).is_some_and(|s| s.phase == Phase::Done);
     let mut current = new_state(plan, options, Phase::Mirroring);
-    staging::write(dest, &current).map_err(StageError::io("writing state in", dest))?;
+    staging::write(dest, &current).map_err(IoError::at("writing state in", dest))?;
     let result = stage_locked(plan, options, &mut current, started, previous_done);
     if let Err(err) = &result {
         current.phase = Phase::Failed;
@@ -255,7 +246,7 @@ fn stage_locked(
         return Err(StageError::Copy { dest: dest.clone(), count, first });
     }
     current.phase = Phase::Done;
-    staging::write(dest, current).map_err(StageError::io("writing state in", dest))?;
+    staging::write(dest, current).map_err(IoError::at("writing state in", dest))?;
     Ok(StageReport {
         state: current.clone(),
         files_copied: copied_files,
@@ -265,4 +256,13 @@ fn stage_locked(
         dest_root: plan.dest_root.clone(),
         waited_for_another_stager: false,
     })
+}
+
+impl Failure for StageError {
+    fn fault(&self) -> Fault {
+        match self {
+            StageError::Io(_) => Fault::Cause,
+            _ => Fault::User,
+        }
+    }
 }

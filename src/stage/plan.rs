@@ -10,6 +10,7 @@ use rayon::prelude::*;
 use crate::cache::destination::DestLayout;
 use crate::cache::layout::{CacheLayout, ENTRIES_DIR, MANIFEST_FILE};
 use crate::cache::manifest::Manifest;
+use crate::errors::IoError;
 use crate::fsutil::untrusted::Dir;
 
 use super::StageError;
@@ -57,9 +58,9 @@ pub fn plan_entry(cache: &CacheLayout, manifest: &Manifest, dest: &Path) -> Resu
     let source_root = absolute(cache.entry(&short).root());
     let source = Dir::open(cache.root())
         .and_then(|root| root.open_dir(Path::new(ENTRIES_DIR).join(&short)))
-        .map_err(StageError::io("opening", &source_root))?;
+        .map_err(IoError::at("opening", &source_root))?;
     let manifest_path = source_root.join(MANIFEST_FILE);
-    let manifest_size = source.stat(MANIFEST_FILE).map_err(StageError::io("reading", &manifest_path))?.st_size as u64;
+    let manifest_size = source.stat(MANIFEST_FILE).map_err(IoError::at("reading", &manifest_path))?.st_size as u64;
     let mut files: Vec<PlannedFile> = manifest
         .files
         .iter()
@@ -121,7 +122,7 @@ pub fn plan_drop_in(src: &Path, list: &str, dest: &Path, jobs: usize) -> Result<
     }
     let id = format!("{DROP_IN_PREFIX}{}", &blake3::hash(src.as_os_str().as_encoded_bytes()).to_hex()[..16]);
     let name = src.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-    let source = Arc::new(Dir::open(&src).map_err(StageError::io("opening", &src))?);
+    let source = Arc::new(Dir::open(&src).map_err(IoError::at("opening", &src))?);
     Ok(StagePlan { id, name, source_root: src, source, dest_root: dest.to_path_buf(), files, kind: PlanKind::DropIn })
 }
 

@@ -18,6 +18,7 @@ use serde_json::Value;
 
 use crate::cache::manifest::EncoderKind;
 use crate::cache::memo::memoized_hash;
+use crate::errors::{Failure, Fault};
 use crate::spec::Spec;
 pub use fast::FastEncoder;
 pub use gpt2::builtin_tokenizer_json as builtin_gpt2_json;
@@ -276,6 +277,12 @@ fn bos_eos_to_add(spec: &Spec, source_name: &str, reference: &tokenizers::Tokeni
     } else {
         BosEos { prepend: (!bos_added).then_some(bos), append: (!eos_added).then_some(eos) }
     })
+}
+
+impl Failure for TokenizerError {
+    fn fault(&self) -> Fault {
+        Fault::Cause
+    }
 }
 
 #[cfg(test)]
