@@ -289,7 +289,7 @@ impl Spec {
         if self.source.text_field.is_empty() {
             return Err("source.text_field is empty".into());
         }
-        self.output.formats.check(self.output.token_type)?;
+        self.output.formats.check(self.output.token_type).map_err(|err| err.to_string())?;
         Ok(())
     }
 
@@ -366,6 +366,22 @@ pub enum Format {
     Flat,
 }
 
+/// A combination of formats and token type that a reader cannot load.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum FormatsError {
+    #[error(
+        "output.formats has \"megatron\", whose index has no uint32 dtype code; \
+         set output.token_type = \"int32\" (or \"uint16\" for vocabularies under 65536)"
+    )]
+    MegatronUint32,
+}
+
+impl Failure for FormatsError {
+    fn fault(&self) -> Fault {
+        Fault::User
+    }
+}
+
 /// The formats a spec asks for. The Arrow files are always written: the entry's
 /// row counts, resumable shard records and `load_from_disk` all rest on them, so
 /// `"hf"` may be listed or left out and means the same.
@@ -406,11 +422,9 @@ impl Formats {
     }
 
     /// Refuses combinations a reader cannot load.
-    pub fn check(&self, token_type: TokenType) -> Result<(), String> {
+    pub fn check(&self, token_type: TokenType) -> Result<(), FormatsError> {
         if self.megatron() && token_type == TokenType::Uint32 {
-            return Err("output.formats has \"megatron\", whose index has no uint32 dtype code; \
-                 set output.token_type = \"int32\" (or \"uint16\" for vocabularies under 65536)"
-                .into());
+            return Err(FormatsError::MegatronUint32);
         }
         Ok(())
     }

@@ -82,7 +82,7 @@ fn compare(
         let (rate, ids) = timed(documents, |text| tiktoken_crate.encode(text));
         (crate_rate, crate_ids) = (crate_rate.max(rate), ids);
         // A new encoder each pass: its pre-token cache starts cold every time.
-        let fast = FastEncoder::for_tokenizer(tokenizer).map_err(anyhow::Error::msg)?;
+        let fast = FastEncoder::for_tokenizer(tokenizer)?;
         let (rate, ids) = timed(documents, |text| fast.encode(text).unwrap_or_default());
         (fast_rate, fast_ids) = (fast_rate.max(rate), ids);
     }

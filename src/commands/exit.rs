@@ -45,10 +45,13 @@ fn fault_of(cause: &(dyn Error + 'static)) -> Option<Fault> {
         crate::prepare::ShardError,
         crate::settings::ConfigError,
         crate::source::SourceError,
+        crate::spec::FormatsError,
         crate::spec::SpecError,
         crate::stage::StageError,
         crate::stage::copy::CopyError,
+        crate::tokenizer::EncodeError,
         crate::tokenizer::TokenizerError,
+        crate::tokenizer::Unsupported,
     )
 }
 

@@ -79,7 +79,7 @@ fn encode_batch(
         .enumerate()
         .map(|(offset, document)| {
             let encode_error =
-                |message| ShardError::Encode { path: path.to_path_buf(), record: document.record, message };
+                |source| ShardError::Encode { path: path.to_path_buf(), record: document.record, source };
             let ids = context.encoders.encode(&document.text, kind).map_err(encode_error)?;
             if kind == EncoderKind::FastBytelevelBpe && (first_index + offset as u64).is_multiple_of(SAMPLE_EVERY) {
                 let reference = context.encoders.encode_reference(&document.text).map_err(encode_error)?;

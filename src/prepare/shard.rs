@@ -17,7 +17,7 @@ use crate::errors::{Failure, Fault};
 use crate::fsutil::untrusted;
 use crate::source::{RecordProblem, Selector, SourceError};
 use crate::spec::Spec;
-use crate::tokenizer::Encoders;
+use crate::tokenizer::{EncodeError, Encoders};
 
 use super::budget::Budget;
 
@@ -29,8 +29,8 @@ pub enum ShardError {
         "input {path} line {record}: {problem}; fix or remove the record, or set source.on_bad_record = \"skip\" to count and skip bad records"
     )]
     BadRecord { path: PathBuf, record: u64, problem: RecordProblem },
-    #[error("input {path} line {record}: the tokenizer failed: {message}")]
-    Encode { path: PathBuf, record: u64, message: String },
+    #[error("input {path} line {record}")]
+    Encode { path: PathBuf, record: u64, source: EncodeError },
     #[error(transparent)]
     Write(#[from] WriteError),
     #[error("input {path} line {record}: the fast encoder's ids differ from the tokenizer's")]

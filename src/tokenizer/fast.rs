@@ -19,14 +19,28 @@ pub struct FastEncoder {
     merger: BytePairMerger,
 }
 
+/// Why the fast encoder cannot reproduce a tokenizer (recorded in the manifest as
+/// `fast_unavailable`; the tokenizer's own encoder is used instead).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct Unsupported(pub String);
+
+impl crate::errors::Failure for Unsupported {
+    fn fault(&self) -> crate::errors::Fault {
+        crate::errors::Fault::Internal
+    }
+}
+
 impl FastEncoder {
     /// Builds the fast encoder from a tokenizer's serialized form, or says why it
     /// cannot reproduce that tokenizer.
-    pub fn for_tokenizer(serialized: &Value) -> Result<FastEncoder, String> {
-        let nfc = recognize::normalizer_is_nfc(&serialized["normalizer"])?;
-        let pre_tokenizer = PreTokenizer::new(recognize::split_steps(&serialized["pre_tokenizer"])?);
-        let merger = recognize::merger(&serialized["model"])?;
-        let added = AddedTokens::new(&recognize::added_tokens(&serialized["added_tokens"])?, nfc)?;
+    pub fn for_tokenizer(serialized: &Value) -> Result<FastEncoder, Unsupported> {
+        let nfc = recognize::normalizer_is_nfc(&serialized["normalizer"]).map_err(Unsupported)?;
+        let pre_tokenizer =
+            PreTokenizer::new(recognize::split_steps(&serialized["pre_tokenizer"]).map_err(Unsupported)?);
+        let merger = recognize::merger(&serialized["model"]).map_err(Unsupported)?;
+        let added = recognize::added_tokens(&serialized["added_tokens"]).map_err(Unsupported)?;
+        let added = AddedTokens::new(&added, nfc).map_err(Unsupported)?;
         Ok(FastEncoder { added, pre_tokenizer, merger })
     }
 
@@ -53,7 +67,7 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    fn gpt2_with(change: impl Fn(&mut Value)) -> Result<FastEncoder, String> {
+    fn gpt2_with(change: impl Fn(&mut Value)) -> Result<FastEncoder, Unsupported> {
         let mut serialized: Value = serde_json::from_str(super::super::builtin_gpt2_json().unwrap()).unwrap();
         change(&mut serialized);
         FastEncoder::for_tokenizer(&serialized)
@@ -62,7 +76,7 @@ mod tests {
     #[test]
     fn components_it_cannot_reproduce_are_named() {
         assert!(gpt2_with(|_| {}).is_ok());
-        let reason = |change: &dyn Fn(&mut Value)| gpt2_with(change).err().unwrap();
+        let reason = |change: &dyn Fn(&mut Value)| gpt2_with(change).err().unwrap().0;
         let metaspace = json!({"type": "Metaspace", "replacement": "▁", "prepend_scheme": "always", "split": false});
         assert!(reason(&|t| t["pre_tokenizer"] = metaspace.clone()).contains("does not end in ByteLevel"));
         assert!(reason(&|t| t["normalizer"] = json!({"type": "Lowercase"})).contains("Lowercase is not NFC"));

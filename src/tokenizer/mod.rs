@@ -20,7 +20,7 @@ use crate::cache::manifest::EncoderKind;
 use crate::cache::memo::memoized_hash;
 use crate::errors::{Failure, Fault};
 use crate::spec::Spec;
-pub use fast::FastEncoder;
+pub use fast::{FastEncoder, Unsupported};
 pub use gpt2::builtin_tokenizer_json as builtin_gpt2_json;
 pub use ranks::{Ranks, llama3_style_tokenizer_json};
 
@@ -181,7 +181,7 @@ impl Encoders {
         } else {
             match fast_encoder(&reference, add_special_tokens) {
                 Ok(fast) => (Some(fast), None),
-                Err(reason) => (None, Some(reason)),
+                Err(Unsupported(reason)) => (None, Some(reason)),
             }
         };
         Ok(Encoders { source_name, reference, fast, fast_unavailable, add_special_tokens, bos_eos, vocab_size })
@@ -192,15 +192,12 @@ impl Encoders {
     }
 
     /// Ids of one document with the reference encoder, before BOS/EOS.
-    pub fn encode_reference(&self, text: &str) -> Result<Vec<u32>, String> {
-        self.reference
-            .encode_fast(text, self.add_special_tokens)
-            .map(|e| e.get_ids().to_vec())
-            .map_err(|err| err.to_string())
+    pub fn encode_reference(&self, text: &str) -> Result<Vec<u32>, EncodeError> {
+        self.reference.encode_fast(text, self.add_special_tokens).map(|e| e.get_ids().to_vec()).map_err(EncodeError)
     }
 
     /// Ids of one document with the chosen encoder, before BOS/EOS.
-    pub fn encode(&self, text: &str, kind: EncoderKind) -> Result<Vec<u32>, String> {
+    pub fn encode(&self, text: &str, kind: EncoderKind) -> Result<Vec<u32>, EncodeError> {
         if kind == EncoderKind::FastBytelevelBpe
             && let Some(ids) = self.fast.as_ref().and_then(|fast| fast.encode(text))
         {
@@ -224,19 +221,31 @@ impl Encoders {
 }
 
 /// The fast path is valid only where the reference's post-processor adds nothing.
-fn fast_encoder(reference: &tokenizers::Tokenizer, add_special_tokens: bool) -> Result<FastEncoder, String> {
+fn fast_encoder(reference: &tokenizers::Tokenizer, add_special_tokens: bool) -> Result<FastEncoder, Unsupported> {
+    let unsupported = |err: &dyn std::fmt::Display| Unsupported(err.to_string());
     let serialized: Value = reference
         .to_string(false)
-        .map_err(|e| e.to_string())
-        .and_then(|s| serde_json::from_str(&s).map_err(|e| e.to_string()))?;
+        .map_err(|e| unsupported(&e))
+        .and_then(|s| serde_json::from_str(&s).map_err(|e| unsupported(&e)))?;
     if add_special_tokens {
-        let with = reference.encode_fast(PROBE_TEXT, true).map_err(|e| e.to_string())?;
-        let without = reference.encode_fast(PROBE_TEXT, false).map_err(|e| e.to_string())?;
+        let with = reference.encode_fast(PROBE_TEXT, true).map_err(|e| unsupported(&e))?;
+        let without = reference.encode_fast(PROBE_TEXT, false).map_err(|e| unsupported(&e))?;
         if with.get_ids() != without.get_ids() {
-            return Err("the post-processor adds special tokens".into());
+            return Err(Unsupported("the post-processor adds special tokens".into()));
         }
     }
     FastEncoder::for_tokenizer(&serialized)
+}
+
+/// The reference tokenizer failed on a document.
+#[derive(Debug, thiserror::Error)]
+#[error("the tokenizer failed")]
+pub struct EncodeError(#[source] tokenizers::Error);
+
+impl Failure for EncodeError {
+    fn fault(&self) -> Fault {
+        Fault::Internal
+    }
 }
 
 const PROBE_TEXT: &str = "Hello world!";
