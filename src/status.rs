@@ -210,8 +210,8 @@ pub fn staging(dest: &Path) -> Vec<StageState> {
         .into_iter()
         .map(|mut s| {
             if s.owner_died() {
-                s.phase = staging::Phase::Failed;
-                s.error.get_or_insert_with(|| format!("the staging process {} died before finishing", s.pid));
+                s.phase =
+                    staging::Phase::Failed { error: format!("the staging process {} died before finishing", s.pid) };
             }
             s
         })

@@ -11,15 +11,62 @@ use crate::cache::destination::DestLayout;
 use crate::fsutil;
 use crate::fsutil::untrusted;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
+/// How far a staging is; a failed one carries why.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Phase {
     /// `--background` handed over to a detached process that has not started yet.
     Queued,
     Mirroring,
     Copying,
     Done,
+    /// The error and its causes as one line.
+    Failed {
+        error: String,
+    },
+}
+
+/// A phase as state files and `status --json` write it: two stable fields, `phase`
+/// (its name) and `error` (null unless failed).
+#[derive(Serialize, Deserialize)]
+struct PhaseFields {
+    phase: PhaseName,
+    error: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum PhaseName {
+    Queued,
+    Mirroring,
+    Copying,
+    Done,
     Failed,
+}
+
+impl Serialize for Phase {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let (phase, error) = match self {
+            Phase::Queued => (PhaseName::Queued, None),
+            Phase::Mirroring => (PhaseName::Mirroring, None),
+            Phase::Copying => (PhaseName::Copying, None),
+            Phase::Done => (PhaseName::Done, None),
+            Phase::Failed { error } => (PhaseName::Failed, Some(error.clone())),
+        };
+        PhaseFields { phase, error }.serialize(serializer)
+    }
+}
+
+impl<'de> Deserialize<'de> for Phase {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let PhaseFields { phase, error } = PhaseFields::deserialize(deserializer)?;
+        Ok(match phase {
+            PhaseName::Queued => Phase::Queued,
+            PhaseName::Mirroring => Phase::Mirroring,
+            PhaseName::Copying => Phase::Copying,
+            PhaseName::Done => Phase::Done,
+            PhaseName::Failed => Phase::Failed { error: error.unwrap_or_default() },
+        })
+    }
 }
 
 impl std::fmt::Display for Phase {
@@ -29,14 +76,22 @@ impl std::fmt::Display for Phase {
             Phase::Mirroring => "mirroring",
             Phase::Copying => "copying",
             Phase::Done => "done",
-            Phase::Failed => "failed",
+            Phase::Failed { .. } => "failed",
         })
     }
 }
 
 impl Phase {
-    pub fn is_final(self) -> bool {
-        matches!(self, Phase::Done | Phase::Failed)
+    pub fn is_final(&self) -> bool {
+        matches!(self, Phase::Done | Phase::Failed { .. })
+    }
+
+    /// Why it failed, if it did.
+    pub fn error(&self) -> Option<&str> {
+        match self {
+            Phase::Failed { error } => Some(error),
+            _ => None,
+        }
     }
 }
 
@@ -46,6 +101,8 @@ pub struct StageState {
     pub id: String,
     pub name: String,
     pub source: String,
+    /// `phase` and `error` in the file (see `PhaseFields`).
+    #[serde(flatten)]
     pub phase: Phase,
     pub files_done: u64,
     pub files_total: u64,
@@ -60,7 +117,6 @@ pub struct StageState {
     pub job_id: Option<String>,
     pub started_unix: u64,
     pub updated_unix: u64,
-    pub error: Option<String>,
 }
 
 impl StageState {
@@ -138,7 +194,7 @@ pub fn wait(dest: &Path, id: Option<&str>, poll: Duration) -> WaitOutcome {
         if states.is_empty() {
             return WaitOutcome::Nothing;
         }
-        if let Some(failed) = states.iter().find(|s| s.phase == Phase::Failed) {
+        if let Some(failed) = states.iter().find(|s| matches!(s.phase, Phase::Failed { .. })) {
             return WaitOutcome::Failed(failed.clone());
         }
         if let Some(dead) = states.iter().find(|s| s.owner_died()) {
@@ -147,9 +203,8 @@ pub fn wait(dest: &Path, id: Option<&str>, poll: Duration) -> WaitOutcome {
                 Some(latest) if latest.phase.is_final() => continue,
                 _ => {
                     let mut failed = dead.clone();
-                    failed.phase = Phase::Failed;
-                    failed.error =
-                        Some(format!("the staging process {} on {} died before finishing", dead.pid, dead.host));
+                    let error = format!("the staging process {} on {} died before finishing", dead.pid, dead.host);
+                    failed.phase = Phase::Failed { error };
                     return WaitOutcome::Failed(failed);
                 }
             }
@@ -158,5 +213,43 @@ pub fn wait(dest: &Path, id: Option<&str>, poll: Duration) -> WaitOutcome {
             return WaitOutcome::Done(states);
         }
         std::thread::sleep(poll);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn state(phase: Phase) -> StageState {
+        StageState {
+            id: "0123456789abcdef".into(),
+            name: "pile".into(),
+            source: "/cache/entries/0123456789abcdef".into(),
+            phase,
+            files_done: 0,
+            files_total: 1,
+            bytes_done: 0,
+            bytes_total: 1,
+            bytes_copied: 0,
+            bytes_per_second: 0.0,
+            verify: false,
+            pid: 1,
+            host: "node".into(),
+            job_id: None,
+            started_unix: 0,
+            updated_unix: 0,
+        }
+    }
+
+    #[test]
+    fn a_phase_is_written_as_the_documented_phase_and_error_fields() {
+        let copying = serde_json::to_value(state(Phase::Copying)).unwrap();
+        assert_eq!((&copying["phase"], &copying["error"]), (&"copying".into(), &serde_json::Value::Null));
+        let failed = state(Phase::Failed { error: "disk full".into() });
+        let written = serde_json::to_value(&failed).unwrap();
+        assert_eq!((&written["phase"], &written["error"]), (&"failed".into(), &"disk full".into()));
+        let read: StageState = serde_json::from_value(written).unwrap();
+        assert_eq!(read.phase, failed.phase);
+        assert_eq!(read.phase.error(), Some("disk full"));
     }
 }

@@ -172,7 +172,7 @@ pub fn wait(dest: PathBuf, entry: Option<&str>, as_json: bool) -> anyhow::Result
             s.name,
             s.id,
             dest.display(),
-            s.error.unwrap_or_default()
+            s.phase.error().unwrap_or_default()
         ))),
         WaitOutcome::Nothing => bail!(UserError(format!("nothing was staged into {}", dest.display()))),
     }

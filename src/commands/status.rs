@@ -151,7 +151,7 @@ fn print_staging(dest: &Path, staging: &[StageState]) -> std::io::Result<()> {
             bytesize::ByteSize(s.bytes_per_second as u64),
             s.pid,
             s.host,
-            s.error.as_deref().map(|e| format!(": {e}")).unwrap_or_default()
+            s.phase.error().map(|e| format!(": {e}")).unwrap_or_default()
         )?;
     }
     Ok(())

@@ -161,8 +161,7 @@ pub fn stage(plan: &StagePlan, options: &StageOptions) -> Result<StageReport, St
     staging::write(dest, &current).map_err(IoError::at("writing state in", dest))?;
     let result = stage_locked(plan, options, &mut current, started, previous_done);
     if let Err(err) = &result {
-        current.phase = Phase::Failed;
-        current.error = Some(crate::errors::chain(err));
+        current.phase = Phase::Failed { error: crate::errors::chain(err) };
         current.updated_unix = staging::now_unix();
         let _ = staging::write(dest, &current);
     }

@@ -35,7 +35,6 @@ pub fn new_state(plan: &StagePlan, options: &StageOptions, phase: Phase) -> Stag
         job_id: std::env::var("SLURM_JOB_ID").ok(),
         started_unix: now,
         updated_unix: now,
-        error: None,
     }
 }
 
