@@ -119,6 +119,15 @@ pub enum Command {
         /// Close connections silent for this long.
         #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = humantime::parse_duration)]
         idle_timeout: std::time::Duration,
+        /// Open connections one user may hold; more are refused.
+        #[arg(long, value_name = "N", default_value_t = 64)]
+        connections_per_user: usize,
+        /// Stagings one user may have running at once.
+        #[arg(long, value_name = "N", default_value_t = 4)]
+        stagings_per_user: usize,
+        /// The longest a `wait` request waits before answering that the staging still runs.
+        #[arg(long, value_name = "DURATION", default_value = "1h", value_parser = humantime::parse_duration)]
+        longest_wait: std::time::Duration,
     },
     /// Send one request (a JSON object, see the README) to the node's daemon and print its reply.
     Request {

@@ -77,7 +77,7 @@ pub struct BuildStatus {
     pub updated_unix: u64,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
 pub struct Totals {
     pub entries: usize,
     pub bytes: u64,

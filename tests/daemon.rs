@@ -19,8 +19,12 @@ fn in_process(cache: &Path, idle_timeout: Duration) -> (PathBuf, tempfile::TempD
     let dir = tempfile::tempdir().unwrap();
     let socket = dir.path().join("ferry.sock");
     let (stop, stopped) = std::sync::mpsc::channel::<()>();
-    let config =
-        DaemonConfig { cache: cache.to_path_buf(), ferry: PathBuf::from(env!("CARGO_BIN_EXE_ferry")), idle_timeout };
+    let config = DaemonConfig {
+        cache: cache.to_path_buf(),
+        ferry: PathBuf::from(env!("CARGO_BIN_EXE_ferry")),
+        idle_timeout,
+        limits: Default::default(),
+    };
     let socket_for_server = socket.clone();
     let (ready, is_ready) = std::sync::mpsc::channel();
     std::thread::spawn(move || {

@@ -75,11 +75,26 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
             verify::run(&settings.cache(cache.cache).value, fingerprint.as_deref(), all, dest.as_deref(), json)
         }
         Command::Config { json } => config::run(&settings, json),
-        Command::Daemon { socket, metrics, cache, idle_timeout } => {
+        Command::Daemon {
+            socket,
+            metrics,
+            cache,
+            idle_timeout,
+            connections_per_user,
+            stagings_per_user,
+            longest_wait,
+        } => {
+            let limits = crate::daemon::DaemonLimits {
+                connections_per_user,
+                stagings_per_user,
+                longest_wait,
+                ..Default::default()
+            };
             let config = crate::daemon::DaemonConfig {
                 cache: settings.cache(cache.cache).value,
                 ferry: std::env::current_exe()?,
                 idle_timeout,
+                limits,
             };
             let metrics = settings.metrics(metrics).map(|s| s.value);
             crate::daemon::serve(&settings.socket(socket).value, metrics.as_deref(), config)

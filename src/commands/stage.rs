@@ -126,9 +126,9 @@ fn start_background(plan: &StagePlan, options: &StageOptions, cache: &CacheLayou
             StageSource::DropIn { src: &plan.source_root, files_from: &list_path }
         }
     };
-    let command = StageCommand { source, dest, verify: options.verify, jobs: Some(options.jobs), quiet: false };
-    let mut child = std::process::Command::new(exe);
-    child.args(command.args());
+    let stage =
+        StageCommand { source, dest, verify: options.verify, jobs: Some(options.jobs), quiet: false, json: false };
+    let mut child = stage.command(&exe);
     let log_path = staging::log_path(dest, &plan.id);
     let log = fs_err::File::create(&log_path)?;
     use std::os::unix::process::CommandExt;

@@ -8,6 +8,7 @@ use serde_json::json;
 
 use crate::cache::layout::CacheLayout;
 use crate::cache::staging::StageState;
+use crate::daemon::protocol::{Reply, ReplyBody};
 use crate::status::{self, CacheStatus, EntryState};
 
 /// `dest_named`: the destination was given with `--dest`, so a missing one is a
@@ -32,7 +33,12 @@ pub fn run(
         .then(|| {
             crate::daemon::client::request(socket, &json!({"type": "status"}), Some(Duration::from_millis(500))).ok()
         })
-        .flatten();
+        .flatten()
+        .and_then(|reply| serde_json::from_value::<Reply>(reply).ok())
+        .and_then(|reply| match reply.body {
+            ReplyBody::Status(node) => Some(node),
+            _ => None,
+        });
     if as_json {
         let value = json!({
             "cache": report.cache,
@@ -50,21 +56,9 @@ pub fn run(
             print_staging(dest, &staging)?;
         }
         if let Some(daemon) = &daemon {
-            out!(
-                "\ndaemon on {} (pid {}, up {} s)",
-                daemon["host"].as_str().unwrap_or("?"),
-                daemon["pid"],
-                daemon["uptime_seconds"]
-            )?;
-            for s in daemon["stagings"].as_array().into_iter().flatten() {
-                out!(
-                    "  staging {} of {} into {} for uid {}: {}",
-                    s["id"],
-                    s["entry"].as_str().unwrap_or(""),
-                    s["dest"].as_str().unwrap_or(""),
-                    s["uid"],
-                    s["phase"].as_str().unwrap_or("")
-                )?;
+            out!("\ndaemon on {} (pid {}, up {} s)", daemon.host, daemon.pid, daemon.uptime_seconds)?;
+            for s in &daemon.stagings {
+                out!("  staging {} of {} into {} for uid {}: {}", s.id, s.entry, s.dest, s.uid, s.phase)?;
             }
         }
     }

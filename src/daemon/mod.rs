@@ -7,6 +7,7 @@
 pub mod client;
 pub mod protocol;
 pub mod server;
+mod stagings;
 
 use std::net::SocketAddr;
 use std::os::unix::fs::PermissionsExt;
@@ -18,7 +19,7 @@ use crate::errors::{Failure, Fault};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::UnixListener;
 
-pub use server::{Daemon, DaemonConfig};
+pub use server::{Daemon, DaemonConfig, DaemonLimits};
 
 #[derive(Debug, thiserror::Error)]
 pub enum DaemonError {
@@ -102,8 +103,18 @@ pub fn serve(socket: &Path, metrics: Option<&str>, config: DaemonConfig) -> anyh
 
 /// Minimal HTTP for Prometheus scrapes: any request gets the metrics.
 async fn serve_metrics(listener: tokio::net::TcpListener, daemon: Arc<Daemon>) {
+    let mut backoff = server::Backoff::new();
     loop {
-        let Ok((mut stream, _)) = listener.accept().await else { continue };
+        let mut stream = match listener.accept().await {
+            Ok((stream, _)) => {
+                backoff.succeeded();
+                stream
+            }
+            Err(err) => {
+                backoff.failed(&err).await;
+                continue;
+            }
+        };
         let daemon = daemon.clone();
         tokio::spawn(async move {
             let mut head = [0u8; 1024];

@@ -1,26 +1,24 @@
-//! The daemon's server: accepts connections on a Unix socket, answers requests,
-//! runs stagings as child processes under the requesting user's uid/gid.
-//! Each connection is its own task; a bad or stalled client only loses its own
-//! connection.
+//! The daemon's server: accepts connections on a Unix socket and answers requests.
+//! Each connection is its own task; a bad, stalled or greedy client only loses
+//! its own connections: each user has a bounded number of them and of stagings,
+//! file work runs off the async workers under a deadline, and accept errors
+//! (out of file descriptors) back off instead of spinning.
 
-use std::collections::BTreeMap;
+use std::collections::HashMap;
 use std::future::Future;
-use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex as SyncMutex};
 use std::time::{Duration, Instant};
 
-use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{UnixListener, UnixStream};
-use tokio::sync::{Mutex, watch};
+use tokio::sync::Mutex;
 
-use uzers::os::unix::UserExt;
-
-use super::protocol::{MAX_FRAME, Request, Staging, StagingPhase, error_reply};
+use super::protocol::{CacheSummary, MAX_FRAME, NodeStatus, Reply, ReplyBody, Request};
+use super::stagings::{self, RunAs, Stagings};
 use crate::cache::layout::CacheLayout;
 use crate::fsutil;
-use crate::stage::command::{StageCommand, StageSource};
 
 /// What the server needs to know.
 #[derive(Debug, Clone)]
@@ -30,6 +28,37 @@ pub struct DaemonConfig {
     pub ferry: PathBuf,
     /// A connection silent for this long is closed.
     pub idle_timeout: Duration,
+    pub limits: DaemonLimits,
+}
+
+/// What one user may ask of the daemon at once, and how long it waits for others.
+#[derive(Debug, Clone)]
+pub struct DaemonLimits {
+    /// Open connections per uid; more are answered with an error and closed.
+    pub connections_per_user: usize,
+    /// Stagings running per uid.
+    pub stagings_per_user: usize,
+    /// The longest a `wait` request waits before answering that the staging still runs.
+    pub longest_wait: Duration,
+    /// The longest a `status` request waits for the cache's filesystem.
+    pub status_deadline: Duration,
+    /// Finished stagings are forgotten after this long...
+    pub finished_kept_for: Duration,
+    /// ...and beyond this many per user.
+    pub finished_kept_per_user: usize,
+}
+
+impl Default for DaemonLimits {
+    fn default() -> DaemonLimits {
+        DaemonLimits {
+            connections_per_user: 64,
+            stagings_per_user: 4,
+            longest_wait: Duration::from_secs(3600),
+            status_deadline: Duration::from_secs(10),
+            finished_kept_for: Duration::from_secs(600),
+            finished_kept_per_user: 32,
+        }
+    }
 }
 
 /// Counters exported as Prometheus metrics.
@@ -42,57 +71,123 @@ pub struct Metrics {
     pub bytes_staged: AtomicU64,
     /// Stagings that found every file already on the node.
     pub stagings_already_complete: AtomicU64,
-}
-
-struct Running {
-    info: Staging,
-    finished: watch::Receiver<bool>,
+    /// Connections refused because their user had too many open.
+    pub connections_refused: AtomicU64,
 }
 
 pub struct Daemon {
-    config: DaemonConfig,
-    stagings: Mutex<BTreeMap<u64, Running>>,
-    next_id: AtomicU64,
+    pub(super) config: DaemonConfig,
+    pub(super) stagings: Mutex<Stagings>,
+    pub(super) next_id: AtomicU64,
     pub metrics: Metrics,
     started: Instant,
+    /// Open connections per uid.
+    connections: SyncMutex<HashMap<u32, usize>>,
+    /// The last cache summary and when it was made; one refresh at a time.
+    summary: Arc<Mutex<Option<(Instant, CacheSummary)>>>,
 }
 
 impl Daemon {
     pub fn new(config: DaemonConfig) -> Arc<Daemon> {
         Arc::new(Daemon {
             config,
-            stagings: Mutex::new(BTreeMap::new()),
+            stagings: Mutex::new(Stagings::default()),
             next_id: AtomicU64::new(1),
             metrics: Metrics::default(),
             started: Instant::now(),
+            connections: SyncMutex::new(HashMap::new()),
+            summary: Arc::new(Mutex::new(None)),
         })
     }
 
     pub async fn active_stagings(&self) -> usize {
-        self.stagings.lock().await.values().filter(|s| s.info.phase == StagingPhase::Running).count()
+        self.stagings.lock().await.running()
+    }
+
+    /// Counts a connection of `uid`, unless it has as many open as allowed.
+    fn admit(self: &Arc<Daemon>, uid: u32) -> Option<Admitted> {
+        let mut open = self.connections.lock().unwrap_or_else(|e| e.into_inner());
+        let count = open.entry(uid).or_default();
+        if *count >= self.config.limits.connections_per_user {
+            return None;
+        }
+        *count += 1;
+        Some(Admitted { daemon: self.clone(), uid })
+    }
+}
+
+/// One admitted connection; uncounted when dropped.
+struct Admitted {
+    daemon: Arc<Daemon>,
+    uid: u32,
+}
+
+impl Drop for Admitted {
+    fn drop(&mut self) {
+        let mut open = self.daemon.connections.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(count) = open.get_mut(&self.uid) {
+            *count = count.saturating_sub(1);
+            if *count == 0 {
+                open.remove(&self.uid);
+            }
+        }
+    }
+}
+
+/// Waits after a failed `accept` (most often: out of file descriptors), doubling
+/// up to a second, so a full table costs a few wake-ups a second, not a spin.
+pub(super) struct Backoff {
+    delay: Duration,
+}
+
+impl Backoff {
+    pub(super) fn new() -> Backoff {
+        Backoff { delay: Duration::ZERO }
+    }
+
+    pub(super) fn succeeded(&mut self) {
+        self.delay = Duration::ZERO;
+    }
+
+    pub(super) async fn failed(&mut self, error: &std::io::Error) {
+        if self.delay.is_zero() {
+            // Once per run of failures, not once per try.
+            tracing::warn!(error = %error, "accept failed; backing off");
+        }
+        self.delay = (self.delay * 2).clamp(Duration::from_millis(50), Duration::from_secs(1));
+        tokio::time::sleep(self.delay).await;
     }
 }
 
 /// Serves until `shutdown` completes.
 pub async fn run(listener: UnixListener, shutdown: impl Future<Output = ()>, daemon: Arc<Daemon>) {
     tokio::pin!(shutdown);
+    let mut backoff = Backoff::new();
     loop {
         tokio::select! {
             _ = &mut shutdown => break,
             accepted = listener.accept() => match accepted {
                 Ok((stream, _)) => {
+                    backoff.succeeded();
                     let daemon = daemon.clone();
                     tokio::spawn(async move { serve_connection(daemon, stream).await });
                 }
-                Err(err) => tracing::warn!(error = %err, "accept failed"),
+                Err(err) => backoff.failed(&err).await,
             },
         }
     }
 }
 
-async fn serve_connection(daemon: Arc<Daemon>, stream: UnixStream) {
+async fn serve_connection(daemon: Arc<Daemon>, mut stream: UnixStream) {
     let Ok(peer) = stream.peer_cred() else { return };
     let (uid, gid) = (peer.uid(), peer.gid());
+    let Some(_admitted) = daemon.admit(uid) else {
+        daemon.metrics.connections_refused.fetch_add(1, Ordering::Relaxed);
+        let limit = daemon.config.limits.connections_per_user;
+        let reply = Reply::error(format!("uid {uid} has {limit} connections open, the most allowed; close some"));
+        let _ = tokio::time::timeout(Duration::from_secs(1), send(&mut stream, &reply)).await;
+        return;
+    };
     let (reader, mut writer) = stream.into_split();
     let mut reader = BufReader::new(reader);
     loop {
@@ -109,8 +204,7 @@ async fn serve_connection(daemon: Arc<Daemon>, stream: UnixStream) {
         let complete = line.ends_with(b"\n");
         if !complete && line.len() > MAX_FRAME {
             daemon.metrics.bad_requests.fetch_add(1, Ordering::Relaxed);
-            let reply = error_reply(format!("request longer than {MAX_FRAME} bytes; closing"));
-            let _ = writer.write_all(format!("{reply}\n").as_bytes()).await;
+            let _ = send(&mut writer, &Reply::error(format!("request longer than {MAX_FRAME} bytes; closing"))).await;
             return;
         }
         daemon.metrics.requests.fetch_add(1, Ordering::Relaxed);
@@ -118,44 +212,90 @@ async fn serve_connection(daemon: Arc<Daemon>, stream: UnixStream) {
             Ok(request) => handle(&daemon, request, uid, gid).await,
             Err(err) => {
                 daemon.metrics.bad_requests.fetch_add(1, Ordering::Relaxed);
-                error_reply(format!("bad request: {err}"))
+                Reply::error(format!("bad request: {err}"))
             }
         };
-        if writer.write_all(format!("{reply}\n").as_bytes()).await.is_err() || !complete {
+        if send(&mut writer, &reply).await.is_err() || !complete {
             return;
         }
     }
 }
 
-async fn handle(daemon: &Arc<Daemon>, request: Request, uid: u32, gid: u32) -> Value {
-    match request {
-        Request::Status => status(daemon).await,
-        Request::Stage { entry, dest, cache, verify, uid: for_uid } => {
-            match start_staging(daemon, entry, dest, cache, verify, uid, gid, for_uid).await {
-                Ok(reply) => reply,
-                Err(message) => error_reply(message),
-            }
-        }
-        Request::Wait { id } => wait(daemon, id, uid).await,
-        Request::Cancel { id } => cancel(daemon, id, uid).await,
-    }
+async fn send(writer: &mut (impl AsyncWriteExt + Unpin), reply: &Reply) -> std::io::Result<()> {
+    let mut line = serde_json::to_vec(reply).map_err(std::io::Error::other)?;
+    line.push(b'\n');
+    writer.write_all(&line).await
 }
 
-async fn status(daemon: &Arc<Daemon>) -> Value {
-    let cache = CacheLayout::new(&daemon.config.cache);
-    // Reading manifests is blocking file I/O: keep it off the async workers.
-    let summary = tokio::task::spawn_blocking(move || crate::status::cache_status(&cache)).await;
-    let stagings: Vec<Staging> = daemon.stagings.lock().await.values().map(|s| s.info.clone()).collect();
-    match summary {
-        Ok(summary) => json!({
-            "ok": true,
-            "host": fsutil::host_name(),
-            "pid": std::process::id(),
-            "uptime_seconds": daemon.started.elapsed().as_secs(),
-            "cache": {"root": summary.cache, "totals": summary.totals, "builds": summary.builds.len()},
-            "stagings": stagings,
+async fn handle(daemon: &Arc<Daemon>, request: Request, uid: u32, gid: u32) -> Reply {
+    let result = match request {
+        Request::Status => status(daemon, uid).await.map(|node| Reply { ok: true, body: ReplyBody::Status(node) }),
+        Request::Stage { entry, dest, cache, verify, uid: for_uid } => {
+            start_staging(daemon, entry, dest, cache, verify, (uid, gid), for_uid).await
+        }
+        Request::Wait { id } => stagings::wait(daemon, id, uid).await.map(|(staging, ended)| match ended {
+            true => {
+                let done = staging.phase == super::protocol::StagingPhase::Done;
+                Reply::staging(staging, done)
+            }
+            false => {
+                let seconds = daemon.config.limits.longest_wait.as_secs();
+                let error = format!("staging {id} is still running after {seconds} s; wait again");
+                Reply { ok: false, body: ReplyBody::Error { error, staging: Some(staging) } }
+            }
         }),
-        Err(err) => error_reply(format!("status failed: {err}")),
+        Request::Cancel { id } => stagings::cancel(daemon, id, uid).await.map(|staging| Reply::staging(staging, true)),
+    };
+    result.unwrap_or_else(Reply::error)
+}
+
+async fn status(daemon: &Arc<Daemon>, uid: u32) -> Result<NodeStatus, String> {
+    let cache = cache_summary(daemon).await?;
+    let stagings = daemon.stagings.lock().await.visible_to(uid);
+    Ok(NodeStatus {
+        host: fsutil::host_name(),
+        pid: std::process::id(),
+        uptime_seconds: daemon.started.elapsed().as_secs(),
+        cache,
+        stagings,
+    })
+}
+
+/// The cache's summary, at most a second old. Reading manifests is blocking file
+/// work on a shared filesystem that may hang: it runs on the blocking pool, one
+/// refresh at a time, and a request waits for it at most the status deadline.
+async fn cache_summary(daemon: &Arc<Daemon>) -> Result<CacheSummary, String> {
+    const FRESH: Duration = Duration::from_secs(1);
+    let deadline = daemon.config.limits.status_deadline;
+    let unanswered = || format!("the cache {} did not answer within {deadline:?}", daemon.config.cache.display());
+    let mut latest =
+        tokio::time::timeout(deadline, daemon.summary.clone().lock_owned()).await.map_err(|_| unanswered())?;
+    if let Some((made, summary)) = latest.as_ref()
+        && made.elapsed() < FRESH
+    {
+        return Ok(summary.clone());
+    }
+    let cache = CacheLayout::new(&daemon.config.cache);
+    let mut refresh = tokio::task::spawn_blocking(move || {
+        let status = crate::status::cache_status(&cache);
+        CacheSummary { root: status.cache, totals: status.totals, builds: status.builds.len() }
+    });
+    match tokio::time::timeout(deadline, &mut refresh).await {
+        Ok(Ok(summary)) => {
+            *latest = Some((Instant::now(), summary.clone()));
+            Ok(summary)
+        }
+        Ok(Err(err)) => Err(format!("status failed: {err}")),
+        Err(_) => {
+            // Keep the refresh locked until the filesystem answers, so a hung one
+            // holds one blocking thread, not one per request.
+            tokio::spawn(async move {
+                if let Ok(summary) = refresh.await {
+                    *latest = Some((Instant::now(), summary));
+                }
+            });
+            Err(unanswered())
+        }
     }
 }
 
@@ -164,17 +304,15 @@ fn primary_gid(uid: u32) -> Option<u32> {
     uzers::get_user_by_uid(uid).map(|user| user.primary_group_id())
 }
 
-#[allow(clippy::too_many_arguments)]
 async fn start_staging(
     daemon: &Arc<Daemon>,
     entry: String,
     dest: String,
     cache: Option<String>,
     verify: bool,
-    peer_uid: u32,
-    peer_gid: u32,
+    (peer_uid, peer_gid): (u32, u32),
     for_uid: Option<u32>,
-) -> Result<Value, String> {
+) -> Result<Reply, String> {
     let target_uid = for_uid.unwrap_or(peer_uid);
     if target_uid != peer_uid && peer_uid != 0 {
         return Err(format!(
@@ -193,155 +331,47 @@ async fn start_staging(
     if !dest.starts_with('/') {
         return Err("dest must be an absolute path".into());
     }
+    // Values from the socket end up in logs and command lines: no control characters.
+    for (what, value) in [("entry", &entry), ("dest", &dest)].into_iter().chain(cache.iter().map(|c| ("cache", c))) {
+        if value.is_empty() || value.chars().any(char::is_control) {
+            return Err(format!("{what} {value:?} is empty or has control characters"));
+        }
+    }
     let cache = cache.map_or_else(|| daemon.config.cache.clone(), PathBuf::from);
-    let stage = StageCommand {
-        source: StageSource::Entry { entry: &entry, cache: &cache },
-        dest: Path::new(&dest),
-        verify,
-        jobs: None,
-        quiet: true,
-    };
-    let mut command = tokio::process::Command::new(&daemon.config.ferry);
-    command.args(stage.args());
-    if own_uid == 0 && target_uid != 0 {
-        command.uid(target_uid).gid(target_gid);
-        if let Some(user) = uzers::get_user_by_uid(target_uid) {
-            command.env("HOME", user.home_dir()).env("USER", user.name());
-        }
-    }
-    command.stdin(std::process::Stdio::null()).stdout(std::process::Stdio::null()).stderr(std::process::Stdio::piped());
-    let child = command.spawn().map_err(|err| format!("cannot start ferry stage: {err}"))?;
-    let pid = child.id().unwrap_or(0);
-    let id = daemon.next_id.fetch_add(1, Ordering::Relaxed);
-    let (done, finished) = watch::channel(false);
-    let info = Staging {
-        id,
-        entry: entry.clone(),
-        dest: dest.clone(),
-        uid: target_uid,
-        pid,
-        phase: StagingPhase::Running,
-        exit_code: None,
-        bytes_copied: None,
-    };
-    daemon.stagings.lock().await.insert(id, Running { info, finished });
-    daemon.metrics.stagings_started.fetch_add(1, Ordering::Relaxed);
-    tokio::spawn(watch_staging(daemon.clone(), child, id, entry, dest, done));
-    Ok(json!({"ok": true, "id": id, "pid": pid}))
-}
-
-/// Waits for a started stage and records how it ended.
-async fn watch_staging(
-    daemon: Arc<Daemon>,
-    mut child: tokio::process::Child,
-    id: u64,
-    entry: String,
-    dest: String,
-    done: watch::Sender<bool>,
-) {
-    let daemon_for_child = daemon;
-    let mut stderr = child.stderr.take();
-    let mut errors = Vec::new();
-    if let Some(stderr) = stderr.as_mut() {
-        let _ = stderr.take(16 * 1024).read_to_end(&mut errors).await;
-    }
-    let status = child.wait().await;
-    let code = status.as_ref().ok().and_then(|s| s.code());
-    let copied = crate::cache::staging::read_all(std::path::Path::new(&dest))
-        .into_iter()
-        .find(|s| entry.starts_with(&s.id) || s.id.starts_with(&entry))
-        .map(|s| s.bytes_copied);
-    let metrics = &daemon_for_child.metrics;
-    let mut stagings = daemon_for_child.stagings.lock().await;
-    if let Some(running) = stagings.get_mut(&id) {
-        let cancelled = running.info.phase == StagingPhase::Cancelled;
-        running.info.exit_code = code;
-        running.info.bytes_copied = copied;
-        if !cancelled {
-            running.info.phase = if code == Some(0) { StagingPhase::Done } else { StagingPhase::Failed };
-        }
-        if code == Some(0) {
-            metrics.bytes_staged.fetch_add(copied.unwrap_or(0), Ordering::Relaxed);
-            if copied == Some(0) {
-                metrics.stagings_already_complete.fetch_add(1, Ordering::Relaxed);
-            }
-        } else {
-            metrics.stagings_failed.fetch_add(1, Ordering::Relaxed);
-            let message = String::from_utf8_lossy(&errors);
-            tracing::warn!(id, code, error = %message.trim(), "staging failed");
-        }
-    }
-    let _ = done.send(true);
-}
-
-async fn authorized(daemon: &Arc<Daemon>, id: u64, uid: u32) -> Result<watch::Receiver<bool>, String> {
-    let stagings = daemon.stagings.lock().await;
-    let running = stagings.get(&id).ok_or(format!("no staging {id}"))?;
-    if uid != 0 && uid != running.info.uid {
-        return Err(format!("staging {id} belongs to uid {}", running.info.uid));
-    }
-    Ok(running.finished.clone())
-}
-
-async fn wait(daemon: &Arc<Daemon>, id: u64, uid: u32) -> Value {
-    let mut finished = match authorized(daemon, id, uid).await {
-        Ok(finished) => finished,
-        Err(message) => return error_reply(message),
-    };
-    while !*finished.borrow() {
-        if finished.changed().await.is_err() {
-            break;
-        }
-    }
-    let stagings = daemon.stagings.lock().await;
-    match stagings.get(&id) {
-        Some(running) => json!({"ok": running.info.phase == StagingPhase::Done, "staging": running.info}),
-        None => error_reply(format!("no staging {id}")),
-    }
-}
-
-async fn cancel(daemon: &Arc<Daemon>, id: u64, uid: u32) -> Value {
-    if let Err(message) = authorized(daemon, id, uid).await {
-        return error_reply(message);
-    }
-    let mut stagings = daemon.stagings.lock().await;
-    let Some(running) = stagings.get_mut(&id) else { return error_reply(format!("no staging {id}")) };
-    if running.info.phase != StagingPhase::Running {
-        return json!({"ok": true, "staging": running.info});
-    }
-    running.info.phase = StagingPhase::Cancelled;
-    if let Some(pid) = rustix::process::Pid::from_raw(running.info.pid as i32) {
-        let _ = rustix::process::kill_process(pid, rustix::process::Signal::TERM);
-    }
-    json!({"ok": true, "staging": running.info})
+    tracing::info!(uid = target_uid, entry = ?entry, dest = ?dest, "staging");
+    let run_as = RunAs { uid: target_uid, gid: target_gid };
+    let (id, pid) = stagings::start(daemon, entry, dest, &cache, verify, run_as).await?;
+    Ok(Reply { ok: true, body: ReplyBody::Started { id, pid } })
 }
 
 /// The Prometheus text exposition of the daemon's counters.
 pub async fn metrics_text(daemon: &Arc<Daemon>) -> String {
     let m = &daemon.metrics;
     let active = daemon.active_stagings().await;
+    let counter = |value: &AtomicU64| value.load(Ordering::Relaxed);
     let lines = [
-        ("ferry_requests_total", "counter", "Requests answered.", m.requests.load(Ordering::Relaxed)),
-        (
-            "ferry_bad_requests_total",
-            "counter",
-            "Malformed or oversized requests.",
-            m.bad_requests.load(Ordering::Relaxed),
-        ),
-        ("ferry_stagings_started_total", "counter", "Stagings started.", m.stagings_started.load(Ordering::Relaxed)),
+        ("ferry_requests_total", "counter", "Requests answered.", counter(&m.requests)),
+        ("ferry_bad_requests_total", "counter", "Malformed or oversized requests.", counter(&m.bad_requests)),
+        ("ferry_stagings_started_total", "counter", "Stagings started.", counter(&m.stagings_started)),
         ("ferry_stagings_active", "gauge", "Stagings running now.", active as u64),
-        ("ferry_stagings_failed_total", "counter", "Stagings that failed.", m.stagings_failed.load(Ordering::Relaxed)),
+        ("ferry_stagings_failed_total", "counter", "Stagings that failed.", counter(&m.stagings_failed)),
         (
             "ferry_bytes_staged_total",
             "counter",
             "Bytes copied to this node by finished stagings.",
-            m.bytes_staged.load(Ordering::Relaxed),
+            counter(&m.bytes_staged),
         ),
         (
             "ferry_stagings_already_complete_total",
             "counter",
             "Stagings that found every file already on the node (node cache hits).",
-            m.stagings_already_complete.load(Ordering::Relaxed),
+            counter(&m.stagings_already_complete),
+        ),
+        (
+            "ferry_connections_refused_total",
+            "counter",
+            "Connections refused because their user had the most allowed open.",
+            counter(&m.connections_refused),
         ),
     ];
     lines

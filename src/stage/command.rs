@@ -1,5 +1,8 @@
-//! The command line of a `ferry stage` that another process starts: the detached
-//! copy of `--background`, and the daemon's staging for a client.
+//! The one way a `ferry stage` child process is started: the detached copy of
+//! `--background`, and the daemon's staging for a client. A stage runs in a process
+//! of its own (the daemon's as the requesting user, which a thread of a root
+//! daemon could not be), so its options travel as the command line that the CLI
+//! parses back (a test checks the round trip).
 
 use std::ffi::OsString;
 use std::path::Path;
@@ -21,9 +24,18 @@ pub struct StageCommand<'a> {
     pub jobs: Option<usize>,
     /// Only errors on stderr.
     pub quiet: bool,
+    /// The report as JSON on stdout.
+    pub json: bool,
 }
 
 impl StageCommand<'_> {
+    /// The process: `ferry` (the executable at `ferry`) with these arguments.
+    pub fn command(&self, ferry: &Path) -> std::process::Command {
+        let mut command = std::process::Command::new(ferry);
+        command.args(self.args());
+        command
+    }
+
     /// The arguments after the program name.
     pub fn args(&self) -> Vec<OsString> {
         let mut args: Vec<OsString> = Vec::new();
@@ -45,6 +57,9 @@ impl StageCommand<'_> {
         if self.verify {
             args.push("--verify".into());
         }
+        if self.json {
+            args.push("--json".into());
+        }
         args
     }
 }
@@ -62,6 +77,7 @@ mod tests {
             verify: true,
             jobs: Some(3),
             quiet: true,
+            json: true,
         };
         let mut argv = vec![OsString::from("ferry")];
         argv.extend(command.args());
@@ -73,5 +89,6 @@ mod tests {
         assert_eq!(args.dest.as_deref(), Some(Path::new("/d")));
         assert_eq!(args.jobs, Some(3));
         assert!(args.verify);
+        assert!(args.json);
     }
 }
