@@ -136,7 +136,7 @@ fn plan_evictions(entries: &[EntryStatus], policy: &GcPolicy, now: SystemTime) -
 
 /// A name in the trash that no other gc uses.
 fn parked_name(name: &str) -> String {
-    format!("{name}.{}.{}", std::process::id(), fsutil::unique_suffix())
+    format!("{name}.{}.{}", fsutil::whoami().pid, fsutil::unique_suffix())
 }
 
 /// Renames `name` out of `from` into `trash`, then deletes it there: a racing
@@ -284,7 +284,7 @@ fn evict_entry(cache: &CacheLayout, dirs: &CacheDirs, entries_dir: &Dir, short: 
 
 fn remove_old_temporaries(dir: &Dir, dry_run: bool, report: &mut GcReport) -> io::Result<()> {
     for item in dir.list()? {
-        if !item.name.starts_with(".tmp-") || item.is_dir() {
+        if !item.name.starts_with(fsutil::TEMP_PREFIX) || item.is_dir() {
             continue;
         }
         let Ok(stat) = dir.stat(&item.name) else { continue };

@@ -99,13 +99,10 @@ pub fn lock(dest: &Path, wait: bool) -> std::io::Result<Option<DestinationLock>>
     }
 }
 
-/// Marks temporary names, so a resumed stage can remove what a killed one left.
-pub const TEMP_MARK: &str = ".ferry-tmp-";
-
 /// Removes temporary files a killed stage left in `dir` and below.
 pub fn remove_stale_temps(dir: &Path) {
     for entry in walkdir::WalkDir::new(dir).follow_links(false).into_iter().flatten() {
-        if entry.file_type().is_file() && entry.file_name().to_string_lossy().contains(TEMP_MARK) {
+        if entry.file_type().is_file() && entry.file_name().to_string_lossy().starts_with(crate::fsutil::TEMP_PREFIX) {
             let _ = std::fs::remove_file(entry.path());
         }
     }

@@ -76,11 +76,11 @@ impl Lease {
         fsutil::create_dir_all(cache.root())?;
         let dir = Dir::open(cache.root())?.create_dir(LEASES_DIR)?.create_dir(short_fingerprint)?;
         let info = LeaseInfo {
-            host: fsutil::host_name(),
-            pid: std::process::id(),
+            host: fsutil::whoami().host.clone(),
+            pid: fsutil::whoami().pid,
             kind: kind.to_string(),
-            job_id: std::env::var("SLURM_JOB_ID").ok(),
-            started_unix: SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| d.as_secs()),
+            job_id: fsutil::whoami().job_id.clone(),
+            started_unix: fsutil::now_unix(),
         };
         let name = format!("{}.{}.{}.{}", info.host, info.pid, kind, fsutil::unique_suffix());
         let bytes = serde_json::to_vec(&info).map_err(std::io::Error::other)?;

@@ -3,7 +3,7 @@
 //! least every second while staging runs; read by `ferry status` and `ferry wait`.
 
 use std::path::{Path, PathBuf};
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
@@ -173,9 +173,6 @@ pub fn read_all(dest: &Path) -> Vec<StageState> {
     states
 }
 
-pub fn now_unix() -> u64 {
-    SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| d.as_secs())
-}
 
 /// Outcome of waiting for a destination's stagings.
 #[derive(Debug)]

@@ -253,8 +253,8 @@ async fn status(daemon: &Arc<Daemon>, uid: u32) -> Result<NodeStatus, String> {
     let cache = cache_summary(daemon).await?;
     let stagings = daemon.stagings.lock().await.visible_to(uid);
     Ok(NodeStatus {
-        host: fsutil::host_name(),
-        pid: std::process::id(),
+        host: fsutil::whoami().host.clone(),
+        pid: fsutil::whoami().pid,
         uptime_seconds: daemon.started.elapsed().as_secs(),
         cache,
         stagings,

@@ -13,6 +13,17 @@ use fs_err as fs;
 
 pub mod untrusted;
 
+/// How every temporary name ferry makes begins: a file being written, a link
+/// being replaced. gc and a resumed stage remove what a killed writer left by it.
+pub const TEMP_PREFIX: &str = ".ferry-tmp-";
+
+/// A name beside `path` that no other writer uses (this process's pid and a
+/// counter), starting with `TEMP_PREFIX`.
+pub fn temp_name_beside(path: &Path) -> std::path::PathBuf {
+    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    path.with_file_name(format!("{TEMP_PREFIX}{name}.{}.{}", whoami().pid, unique_suffix()))
+}
+
 /// Writes `bytes` to `path` so that readers see either the old file or the whole
 /// new one: a temporary file in the same directory, synced, then renamed.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> io::Result<()> {
@@ -40,7 +51,7 @@ fn write_through_temp(path: &Path, bytes: &[u8], sync: bool) -> io::Result<()> {
 /// shared between users, while `tempfile` alone would create it with mode 0600.
 pub fn temp_file_in(dir: &Path) -> io::Result<tempfile::NamedTempFile> {
     tempfile::Builder::new()
-        .prefix(".tmp-")
+        .prefix(TEMP_PREFIX)
         .permissions(std::fs::Permissions::from_mode(0o644))
         .tempfile_in(dir)
         .map_err(|err| io::Error::new(err.kind(), format!("creating a temporary file in {}: {err}", dir.display())))
@@ -95,9 +106,7 @@ pub fn available_bytes(path: &Path) -> io::Result<u64> {
 /// Replaces (or creates) the symlink `link` so it points at `target`, atomically:
 /// a symlink under a temporary name, renamed over the old one.
 pub fn replace_symlink(target: &Path, link: &Path) -> io::Result<()> {
-    let dir = parent_dir(link);
-    let name = link.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-    let temp = dir.join(format!(".tmp-{name}.{}.{}", std::process::id(), unique_suffix()));
+    let temp = temp_name_beside(link);
     std::os::unix::fs::symlink(target, &temp)
         .map_err(|err| io::Error::new(err.kind(), format!("creating symlink {}: {err}", temp.display())))?;
     if let Err(err) = fs::rename(&temp, link) {
@@ -144,7 +153,32 @@ pub fn create_dir_all(dir: &Path) -> io::Result<()> {
 
 /// The host name, as Slurm and `hostname` report it.
 pub fn host_name() -> String {
-    rustix::system::uname().nodename().to_string_lossy().into_owned()
+    whoami().host.clone()
+}
+
+/// Who this process is, as the files it leaves in a shared cache (leases, claims,
+/// progress and state files, records) say: host, pid and Slurm job.
+#[derive(Debug, Clone)]
+pub struct Whoami {
+    pub host: String,
+    pub pid: u32,
+    /// `SLURM_JOB_ID`, read here and nowhere else.
+    pub job_id: Option<String>,
+}
+
+/// This process, looked up once.
+pub fn whoami() -> &'static Whoami {
+    static WHOAMI: std::sync::OnceLock<Whoami> = std::sync::OnceLock::new();
+    WHOAMI.get_or_init(|| Whoami {
+        host: rustix::system::uname().nodename().to_string_lossy().into_owned(),
+        pid: std::process::id(),
+        job_id: std::env::var("SLURM_JOB_ID").ok(),
+    })
+}
+
+/// Now, in seconds since the epoch (0 before it, on a clock gone wrong).
+pub fn now_unix() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs())
 }
 
 /// Whether a process with this pid exists on this host.

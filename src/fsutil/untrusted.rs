@@ -314,7 +314,7 @@ impl Dir {
     /// Makes `name` here a symlink to `target`, atomically: a link under a temporary
     /// name, renamed over whatever stood there.
     pub fn replace_symlink(&self, name: &str, target: &Path) -> io::Result<()> {
-        let temp = format!(".tmp-{name}.{}.{}", std::process::id(), super::unique_suffix());
+        let temp = format!("{}{name}.{}.{}", super::TEMP_PREFIX, super::whoami().pid, super::unique_suffix());
         rustix::fs::symlinkat(target, &self.fd, temp.as_str())
             .map_err(|errno| described(errno, Some(&self.display_path(&temp))))?;
         rustix::fs::renameat(&self.fd, temp.as_str(), &self.fd, name).map_err(|errno| {

@@ -27,9 +27,9 @@ pub struct Owner {
 impl Owner {
     pub fn me() -> Owner {
         Owner {
-            host: fsutil::host_name(),
-            pid: std::process::id(),
-            job_id: std::env::var("SLURM_JOB_ID").ok(),
+            host: fsutil::whoami().host.clone(),
+            pid: fsutil::whoami().pid,
+            job_id: fsutil::whoami().job_id.clone(),
             task: slurm_task().map(|(procid, _)| procid),
         }
     }

@@ -12,7 +12,7 @@ mod together;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use std::time::Instant;
 
 use crate::cache::build_progress::BuildProgress;
 use crate::cache::layout::{BUILDING_DIR, BuildLayout, CacheLayout, EntryLayout, USED_DIR};
@@ -163,8 +163,8 @@ pub fn prepare(spec: &Spec, cache: &CacheLayout, options: &PrepareOptions) -> Re
     let publish::Assembly { entry: assembly, data_files, files } =
         publish::assemble(&build, &by_split.records, &columns, &spec.output.formats, &short)?;
     let build_record = BuildRecord {
-        host: fsutil::host_name(),
-        pid: std::process::id(),
+        host: fsutil::whoami().host.clone(),
+        pid: fsutil::whoami().pid,
         workers: options.jobs,
         shards_tokenized_here: tokenized_here,
         shards_total: tasks.len(),
@@ -281,7 +281,7 @@ fn start_reporter(
 /// Keeps this builder's progress file fresh every two seconds; it is removed with
 /// the build directory (or by `gc` when the builder died).
 fn progress_ticker(build: &BuildLayout, spec: &Spec, fingerprint: &Fingerprint, shards_total: u64) -> Ticker {
-    let (host, pid) = (fsutil::host_name(), std::process::id());
+    let (host, pid) = (fsutil::whoami().host.clone(), fsutil::whoami().pid);
     let path = build.progress_file(&host, pid);
     let build = build.clone();
     let mut progress = BuildProgress {
@@ -289,14 +289,14 @@ fn progress_ticker(build: &BuildLayout, spec: &Spec, fingerprint: &Fingerprint, 
         fingerprint: fingerprint.full(),
         host,
         pid,
-        job_id: std::env::var("SLURM_JOB_ID").ok(),
+        job_id: fsutil::whoami().job_id.clone(),
         shards_done: 0,
         shards_total,
         updated_unix: 0,
     };
     Ticker::every(std::time::Duration::from_secs(2), move || {
         progress.shards_done = build.count_shard_records();
-        progress.updated_unix = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
+        progress.updated_unix = fsutil::now_unix();
         if build.root().exists()
             && let Ok(bytes) = serde_json::to_vec(&progress)
         {

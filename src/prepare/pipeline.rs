@@ -56,8 +56,8 @@ pub(super) fn tokenize(context: &ShardContext, task: &ShardTask, kind: EncoderKi
         files,
         format_files,
         seconds: started.elapsed().as_secs_f64(),
-        host: crate::fsutil::host_name(),
-        pid: std::process::id(),
+        host: crate::fsutil::whoami().host.clone(),
+        pid: crate::fsutil::whoami().pid,
     };
     let record_path = context.build.shard_record(&task.split, task.shard);
     crate::fsutil::write_json_atomic(&record_path, &record)

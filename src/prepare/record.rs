@@ -3,7 +3,6 @@
 //! the entry was made.
 
 use std::collections::BTreeMap;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use crate::cache::manifest::EncoderKind;
 use crate::cache::manifest::WrittenFile;
@@ -75,7 +74,7 @@ pub fn manifest(
         fingerprint: located.fingerprint.full(),
         name: spec.name.clone(),
         tool_version: env!("CARGO_PKG_VERSION").to_string(),
-        created_unix: SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs()),
+        created_unix: crate::fsutil::now_unix(),
         spec: spec.canonical(),
         tokenizer: TokenizerRecord {
             source: encoders.source_name.clone(),

@@ -14,12 +14,11 @@ use std::io;
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Mutex, OnceLock};
+use std::sync::Mutex;
 
 use rustix::fs::{AtFlags, CWD, Mode, OFlags};
 use rustix::io::Errno;
 
-use crate::cache::destination::TEMP_MARK;
 use crate::fsutil;
 
 /// Whether the destination's filesystem creates unnamed files; after the first
@@ -60,7 +59,7 @@ impl Landing {
 
     /// The fallback: a temporary name beside `dest`, created exclusively.
     fn create_named(dest: &Path) -> io::Result<Landing> {
-        let temp = temp_name(dest);
+        let temp = fsutil::temp_name_beside(dest);
         let file = File::options().write(true).create_new(true).open(&temp)?;
         Ok(Landing { file, temp: Some(temp) })
     }
@@ -73,7 +72,7 @@ impl Landing {
             None => match link_unnamed(&self.file, dest) {
                 Ok(()) => return Ok(()),
                 Err(Errno::EXIST) => {
-                    let temp = temp_name(dest);
+                    let temp = fsutil::temp_name_beside(dest);
                     link_unnamed(&self.file, &temp)?;
                     temp
                 }
@@ -95,7 +94,7 @@ impl Landing {
 /// temporary name, so a reader sees the symlink standing there or the whole file.
 /// Errors name no path: the caller knows both.
 pub fn land_hard_link(existing: &Path, dest: &Path) -> io::Result<()> {
-    let temp = temp_name(dest);
+    let temp = fsutil::temp_name_beside(dest);
     std::fs::hard_link(existing, &temp)?;
     rename_over(&temp, dest)
 }
@@ -123,14 +122,6 @@ fn link_unnamed(file: &File, path: &Path) -> Result<(), Errno> {
 fn link_through_proc(file: &File, path: &Path) -> Result<(), Errno> {
     let magic = format!("/proc/self/fd/{}", file.as_raw_fd());
     rustix::fs::linkat(CWD, magic.as_str(), CWD, path, AtFlags::SYMLINK_FOLLOW)
-}
-
-/// A name beside `dest` that no other stager uses.
-fn temp_name(dest: &Path) -> PathBuf {
-    static PID: OnceLock<u32> = OnceLock::new();
-    let pid = *PID.get_or_init(std::process::id);
-    let name = dest.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-    dest.with_file_name(format!(".{name}{TEMP_MARK}{pid}-{}", fsutil::unique_suffix()))
 }
 
 #[cfg(test)]

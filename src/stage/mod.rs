@@ -162,7 +162,7 @@ pub fn stage(plan: &StagePlan, options: &StageOptions) -> Result<StageReport, St
     let result = stage_locked(plan, options, &mut current, started, previous_done);
     if let Err(err) = &result {
         current.phase = Phase::Failed { error: crate::errors::chain(err) };
-        current.updated_unix = staging::now_unix();
+        current.updated_unix = crate::fsutil::now_unix();
         let _ = staging::write(dest, &current);
     }
     result.map(|mut report| {
@@ -231,7 +231,7 @@ fn stage_locked(
     current.bytes_copied = copied_bytes;
     let seconds = started.elapsed().as_secs_f64();
     current.bytes_per_second = copied_bytes as f64 / seconds.max(1e-6);
-    current.updated_unix = staging::now_unix();
+    current.updated_unix = crate::fsutil::now_unix();
     if let Some(first) = failures.into_iter().next() {
         // Files whose copy failed point at the shared copy, so the mirror is whole.
         let failed: Vec<&str> = copies

@@ -17,7 +17,7 @@ use crate::cache::staging::{self, Phase, StageState};
 
 /// The state a staging of `plan` starts from.
 pub fn new_state(plan: &StagePlan, options: &StageOptions, phase: Phase) -> StageState {
-    let now = staging::now_unix();
+    let now = crate::fsutil::now_unix();
     StageState {
         id: plan.id.clone(),
         name: plan.name.clone(),
@@ -30,9 +30,9 @@ pub fn new_state(plan: &StagePlan, options: &StageOptions, phase: Phase) -> Stag
         bytes_copied: 0,
         bytes_per_second: 0.0,
         verify: options.verify,
-        pid: std::process::id(),
-        host: fsutil::host_name(),
-        job_id: std::env::var("SLURM_JOB_ID").ok(),
+        pid: fsutil::whoami().pid,
+        host: fsutil::whoami().host.clone(),
+        job_id: fsutil::whoami().job_id.clone(),
         started_unix: now,
         updated_unix: now,
     }
@@ -53,7 +53,7 @@ pub(super) fn state_ticker(
         current.bytes_done = bytes + copied;
         current.bytes_copied = copied;
         current.bytes_per_second = copied as f64 / started.elapsed().as_secs_f64().max(1e-3);
-        current.updated_unix = staging::now_unix();
+        current.updated_unix = crate::fsutil::now_unix();
         if let Err(err) = staging::write(&dest, &current) {
             tracing::warn!(error = %err, "cannot update the staging state file");
         }
