@@ -173,7 +173,6 @@ pub fn read_all(dest: &Path) -> Vec<StageState> {
     states
 }
 
-
 /// Outcome of waiting for a destination's stagings.
 #[derive(Debug)]
 pub enum WaitOutcome {

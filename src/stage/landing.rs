@@ -13,8 +13,8 @@ use std::fs::File;
 use std::io;
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use rustix::fs::{AtFlags, CWD, Mode, OFlags};
 use rustix::io::Errno;
