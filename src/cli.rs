@@ -107,28 +107,7 @@ pub enum Command {
         json: bool,
     },
     /// Run the per-node agent: status and stage requests over a Unix socket, optional metrics.
-    Daemon {
-        /// Socket path [default: /run/ferry/ferry.sock as root, else $XDG_RUNTIME_DIR/ferry.sock]
-        #[arg(long, value_name = "PATH")]
-        socket: Option<PathBuf>,
-        /// Serve Prometheus metrics on this loopback address (e.g. 127.0.0.1:9184).
-        #[arg(long, value_name = "ADDR")]
-        metrics: Option<String>,
-        #[command(flatten)]
-        cache: CacheArgs,
-        /// Close connections silent for this long.
-        #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = humantime::parse_duration)]
-        idle_timeout: std::time::Duration,
-        /// Open connections one user may hold; more are refused.
-        #[arg(long, value_name = "N", default_value_t = 64)]
-        connections_per_user: usize,
-        /// Stagings one user may have running at once.
-        #[arg(long, value_name = "N", default_value_t = 4)]
-        stagings_per_user: usize,
-        /// The longest a `wait` request waits before answering that the staging still runs.
-        #[arg(long, value_name = "DURATION", default_value = "1h", value_parser = humantime::parse_duration)]
-        longest_wait: std::time::Duration,
-    },
+    Daemon(DaemonArgs),
     /// Send one request (a JSON object, see the README) to the node's daemon and print its reply.
     Request {
         /// The request, e.g. '{"type": "status"}'.
@@ -184,4 +163,28 @@ pub struct StageArgs {
 
 fn parse_size(text: &str) -> Result<u64, String> {
     parse_size::parse_size(text).map_err(|err| format!("{err}; write e.g. 500G or 2TiB"))
+}
+
+#[derive(Debug, Args)]
+pub struct DaemonArgs {
+    /// Socket path [default: /run/ferry/ferry.sock as root, else $XDG_RUNTIME_DIR/ferry.sock]
+    #[arg(long, value_name = "PATH")]
+    pub socket: Option<PathBuf>,
+    /// Serve Prometheus metrics on this loopback address (e.g. 127.0.0.1:9184).
+    #[arg(long, value_name = "ADDR")]
+    pub metrics: Option<String>,
+    #[command(flatten)]
+    pub cache: CacheArgs,
+    /// Close connections silent for this long.
+    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = humantime::parse_duration)]
+    pub idle_timeout: std::time::Duration,
+    /// Open connections one user may hold; more are refused.
+    #[arg(long, value_name = "N", default_value_t = 64)]
+    pub connections_per_user: usize,
+    /// Stagings one user may have running at once.
+    #[arg(long, value_name = "N", default_value_t = 4)]
+    pub stagings_per_user: usize,
+    /// The longest a `wait` request waits before answering that the staging still runs.
+    #[arg(long, value_name = "DURATION", default_value = "1h", value_parser = humantime::parse_duration)]
+    pub longest_wait: std::time::Duration,
 }

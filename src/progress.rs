@@ -1,5 +1,5 @@
 //! Progress reporting: a bar on a terminal; in non-interactive runs (Slurm logs),
-//! one line at a steady interval (`FERRY_PROGRESS_INTERVAL` seconds, default 30).
+//! one line at a steady interval (from the settings: `FERRY_PROGRESS_INTERVAL`).
 
 use std::io::IsTerminal;
 use std::sync::Arc;
@@ -12,8 +12,8 @@ use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 /// How progress is shown.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ProgressMode {
-    /// A bar when stderr is a terminal, else periodic lines.
-    Auto,
+    /// A bar when stderr is a terminal, else a line every `line_interval`.
+    Auto { line_interval: Duration },
     /// Nothing (`--quiet`, tests).
     Hidden,
 }
@@ -33,8 +33,10 @@ impl Reporter {
         let stop = Arc::new(AtomicBool::new(false));
         let thread = match mode {
             ProgressMode::Hidden => None,
-            ProgressMode::Auto if std::io::stderr().is_terminal() => Some(spawn_bar(stop.clone(), label, snapshot)),
-            ProgressMode::Auto => Some(spawn_lines(stop.clone(), label, snapshot)),
+            ProgressMode::Auto { .. } if std::io::stderr().is_terminal() => {
+                Some(spawn_bar(stop.clone(), label, snapshot))
+            }
+            ProgressMode::Auto { line_interval } => Some(spawn_lines(stop.clone(), label, line_interval, snapshot)),
         };
         Reporter { stop, thread }
     }
@@ -73,15 +75,10 @@ where
     })
 }
 
-fn spawn_lines<F>(stop: Arc<AtomicBool>, label: &'static str, snapshot: F) -> JoinHandle<()>
+fn spawn_lines<F>(stop: Arc<AtomicBool>, label: &'static str, interval: Duration, snapshot: F) -> JoinHandle<()>
 where
     F: Fn(Duration) -> (u64, u64, String) + Send + 'static,
 {
-    let interval = std::env::var("FERRY_PROGRESS_INTERVAL")
-        .ok()
-        .and_then(|s| s.parse::<f64>().ok())
-        .filter(|s| *s > 0.0)
-        .map_or(Duration::from_secs(30), Duration::from_secs_f64);
     std::thread::spawn(move || {
         let started = Instant::now();
         let mut next = started + interval;

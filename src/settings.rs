@@ -198,6 +198,17 @@ impl Settings {
     }
 
     /// Copies in flight for `stage`: staging is bound by I/O latency, so several per core.
+    /// How often a run without a terminal prints a progress line: the
+    /// `FERRY_PROGRESS_INTERVAL` seconds (fractions allowed), else 30 s.
+    pub fn progress_interval(&self) -> Setting<Duration> {
+        let seconds = |_: &str, text: String| {
+            let seconds = text.trim().parse::<f64>().ok().filter(|s| s.is_finite() && *s > 0.0)?;
+            Duration::try_from_secs_f64(seconds).ok()
+        };
+        self.first(None, "", &["FERRY_PROGRESS_INTERVAL"], seconds, None)
+            .unwrap_or(Setting { value: Duration::from_secs(30), source: Source::Default })
+    }
+
     pub fn stage_jobs(&self, flag: Option<usize>) -> Setting<usize> {
         let configured = positive(self.config.stage_jobs);
         self.first(
@@ -284,7 +295,7 @@ impl Settings {
     /// `FERRY_STALE_AGE`, the config's `[liveness]`, or the default. Durations are
     /// "30s", "2m" or a bare number of seconds.
     pub fn liveness(&self) -> Result<[Setting<Duration>; 2], ConfigError> {
-        let defaults = crate::cache::lease::Liveness::default();
+        let defaults = crate::cache::liveness::Liveness::default();
         let section = &self.config.liveness;
         let resolve = |name: &str, configured: Option<String>, default: Duration| match self.first(
             None,

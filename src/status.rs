@@ -181,7 +181,7 @@ pub fn builds(cache: &CacheLayout) -> Vec<BuildStatus> {
             status.name = progress.name.clone();
             status.shards_total = status.shards_total.max(progress.shards_total);
             status.updated_unix = status.updated_unix.max(progress.updated_unix);
-            if lease::holder_alive(Some((progress.host.as_str(), progress.pid)), age) {
+            if cache.liveness().holder_alive(Some((progress.host.as_str(), progress.pid)), age) {
                 status.state = BuildState::Building;
                 status.builders.push(format!("{}:{}", progress.host, progress.pid));
             }

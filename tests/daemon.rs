@@ -20,7 +20,7 @@ fn in_process(cache: &Path, idle_timeout: Duration) -> (PathBuf, tempfile::TempD
     let socket = dir.path().join("ferry.sock");
     let (stop, stopped) = std::sync::mpsc::channel::<()>();
     let config = DaemonConfig {
-        cache: cache.to_path_buf(),
+        cache: ferry::cache::layout::CacheLayout::new(cache),
         ferry: PathBuf::from(env!("CARGO_BIN_EXE_ferry")),
         idle_timeout,
         limits: Default::default(),

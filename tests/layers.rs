@@ -229,3 +229,56 @@ fn each_type_has_one_path() {
         assert_eq!(uses("", alias), Vec::<String>::new(), "{alias}");
     }
 }
+
+/// Every function in `src/` longer than `limit` lines, as `file:line name (N lines)`.
+/// Relies on rustfmt's layout: a body ends at the first `}` on the `fn`'s indent.
+fn functions_longer_than(limit: usize) -> Vec<String> {
+    let mut long = Vec::new();
+    for file in sources(&Path::new(env!("CARGO_MANIFEST_DIR")).join("src")) {
+        let text = std::fs::read_to_string(&file).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        for (start, line) in lines.iter().enumerate() {
+            let code = line.trim_start();
+            let indent = &line[..line.len() - code.len()];
+            let Some(name) = function_name(code) else { continue };
+            // The signature ends at the first line ending in `{` (a body) or `;` (none).
+            let Some(open) = (start..lines.len()).find(|&i| lines[i].ends_with('{') || lines[i].ends_with(';')) else {
+                continue;
+            };
+            if lines[open].ends_with(';') {
+                continue;
+            }
+            let close = format!("{indent}}}");
+            let end = (open + 1..lines.len()).find(|&i| lines[i] == close).unwrap_or(lines.len() - 1);
+            let length = end - start + 1;
+            if length > limit {
+                long.push(format!("{}:{} {name} ({length} lines)", file.display(), start + 1));
+            }
+        }
+    }
+    long
+}
+
+/// The name declared by a line starting with `fn` after its qualifiers.
+fn function_name(code: &str) -> Option<&str> {
+    let mut rest = code;
+    for qualifier in ["pub(crate) ", "pub(super) ", "pub ", "const ", "async ", "unsafe ", "extern \"C\" "] {
+        rest = rest.strip_prefix(qualifier).unwrap_or(rest);
+    }
+    let rest = rest.strip_prefix("fn ")?;
+    let end = rest.find(|c: char| !(c.is_alphanumeric() || c == '_'))?;
+    Some(&rest[..end])
+}
+
+#[test]
+fn no_function_is_over_80_lines() {
+    assert_eq!(functions_longer_than(80), Vec::<String>::new());
+}
+
+#[test]
+fn the_length_check_sees_a_long_function() {
+    // The longest function in the tree is found once the limit is below it.
+    let longest = functions_longer_than(60);
+    assert!(!longest.is_empty(), "no function over 60 lines: lower the probe");
+    assert!(longest.iter().all(|f| f.contains(".rs:") && f.ends_with(" lines)")), "{longest:?}");
+}

@@ -15,6 +15,8 @@
 
 use std::path::{Path, PathBuf};
 
+use crate::cache::liveness::Liveness;
+
 /// Version of the cache layout; a cache root records it in `layout-version`.
 pub const LAYOUT_VERSION: u32 = 1;
 
@@ -32,11 +34,28 @@ pub const TRASH_DIR: &str = "trash";
 #[derive(Debug, Clone)]
 pub struct CacheLayout {
     root: PathBuf,
+    liveness: Liveness,
 }
 
 impl CacheLayout {
+    /// The cache at `root`, with the default liveness timeouts.
     pub fn new(root: impl Into<PathBuf>) -> Self {
-        Self { root: root.into() }
+        Self { root: root.into(), liveness: Liveness::default() }
+    }
+
+    /// The same cache, judging leases, claims and builders by these timeouts.
+    pub fn with_liveness(self, liveness: Liveness) -> Self {
+        Self { liveness, ..self }
+    }
+
+    /// The timeouts by which this process judges whether a holder is alive.
+    pub fn liveness(&self) -> Liveness {
+        self.liveness
+    }
+
+    /// The same cache seen through another path to its root (e.g. made absolute).
+    pub fn at(&self, root: impl Into<PathBuf>) -> Self {
+        Self { root: root.into(), liveness: self.liveness }
     }
 
     pub fn root(&self) -> &Path {

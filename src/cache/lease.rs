@@ -7,7 +7,7 @@
 //! Works on NFS and Lustre: only `open(O_EXCL)`, `utimensat` and `unlink`.
 
 use std::path::Path;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use serde::{Deserialize, Serialize};
@@ -16,39 +16,6 @@ use crate::cache::layout::{CacheLayout, LEASES_DIR};
 use crate::fsutil;
 use crate::fsutil::untrusted::Dir;
 use crate::ticker::Ticker;
-
-/// How often a holder refreshes its lease, unless the settings say otherwise.
-pub const HEARTBEAT: Duration = Duration::from_secs(10);
-/// A lease not refreshed for this long, whose holder cannot be checked, is dead
-/// (unless the settings say otherwise).
-pub const EXPIRY: Duration = Duration::from_secs(120);
-
-/// The liveness timeouts in effect for leases, shard claims and builders.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Liveness {
-    /// How often a holder refreshes its heartbeat.
-    pub heartbeat: Duration,
-    /// A heartbeat older than this, from a holder that cannot be checked, is dead.
-    pub stale_age: Duration,
-}
-
-impl Default for Liveness {
-    fn default() -> Liveness {
-        Liveness { heartbeat: HEARTBEAT, stale_age: EXPIRY }
-    }
-}
-
-static LIVENESS: OnceLock<Liveness> = OnceLock::new();
-
-/// Sets the timeouts from the settings, once, before any lease or claim is taken.
-pub fn configure(liveness: Liveness) {
-    let _ = LIVENESS.set(liveness);
-}
-
-/// The timeouts in effect: as configured, else the defaults.
-pub fn liveness() -> Liveness {
-    LIVENESS.get().copied().unwrap_or_default()
-}
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct LeaseInfo {
@@ -92,7 +59,7 @@ impl Lease {
         }
         let dir = Arc::new(dir);
         let (beating, beating_name) = (dir.clone(), name.clone());
-        let heartbeat = Ticker::every(liveness().heartbeat, move || {
+        let heartbeat = Ticker::every(cache.liveness().heartbeat, move || {
             let _ = beating.touch(&beating_name, false);
         });
         Ok(Lease { dir, name, _heartbeat: heartbeat })
@@ -102,21 +69,6 @@ impl Lease {
 impl Drop for Lease {
     fn drop(&mut self) {
         let _ = self.dir.remove_file(&self.name);
-    }
-}
-
-/// How long ago the file's heartbeat (mtime) was, if it can be read.
-pub fn heartbeat_age(path: &Path) -> Option<Duration> {
-    std::fs::symlink_metadata(path).ok()?.modified().ok()?.elapsed().ok()
-}
-
-/// The one liveness rule for leases, shard claims and builders: on this host the
-/// process table decides; elsewhere (or when the holder is unknown, e.g. a file
-/// being written right now) only a heartbeat younger than the stale age counts.
-pub fn holder_alive(holder: Option<(&str, u32)>, heartbeat_age: Option<Duration>) -> bool {
-    match holder {
-        Some((host, pid)) if host == fsutil::host_name() => fsutil::process_alive(pid),
-        _ => heartbeat_age.is_some_and(|age| age < liveness().stale_age),
     }
 }
 
@@ -149,7 +101,7 @@ fn leases(cache: &CacheLayout, short_fingerprint: &str) -> std::io::Result<Optio
                 let modified = SystemTime::UNIX_EPOCH + Duration::from_secs(stat.st_mtime.max(0) as u64);
                 modified.elapsed().ok()
             });
-            let alive = holder_alive(info.as_ref().map(|i| (i.host.as_str(), i.pid)), age);
+            let alive = cache.liveness().holder_alive(info.as_ref().map(|i| (i.host.as_str(), i.pid)), age);
             LeaseFile { name: item.name, info, alive }
         })
         .collect();

@@ -7,6 +7,7 @@ pub mod formats;
 pub mod hashed_file;
 pub mod layout;
 pub mod lease;
+pub mod liveness;
 pub mod manifest;
 pub mod memo;
 pub mod staging;

@@ -20,6 +20,7 @@ pub fn run(settings: &Settings, as_json: bool) -> anyhow::Result<()> {
         ("dest", show(settings.dest(None).map(path))),
         ("jobs", show(Some(number(settings.jobs(None))))),
         ("stage_jobs", show(Some(number(settings.stage_jobs(None))))),
+        ("progress_interval", duration(settings.progress_interval())),
         ("gc.max_size", (policy.max_size.map_or("(unset)".into(), |b| bytesize::ByteSize(b).to_string()), size_source)),
         (
             "gc.max_age",

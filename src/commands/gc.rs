@@ -6,7 +6,7 @@ use crate::cache::layout::CacheLayout;
 use crate::gc::{self, GcPolicy, GcReport};
 
 pub fn run(
-    cache_root: &Path,
+    cache: &CacheLayout,
     dest: Option<&Path>,
     policy: &GcPolicy,
     dry_run: bool,
@@ -14,7 +14,7 @@ pub fn run(
 ) -> anyhow::Result<()> {
     let report = match dest {
         Some(dest) => gc::collect_destination(dest, policy, dry_run)?,
-        None => gc::collect_cache(&CacheLayout::new(cache_root), policy, dry_run)?,
+        None => gc::collect_cache(cache, policy, dry_run)?,
     };
     if as_json {
         out!("{}", serde_json::to_string_pretty(&report)?)?;

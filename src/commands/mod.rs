@@ -11,6 +11,7 @@ macro_rules! out {
 }
 
 mod config;
+mod daemon;
 mod demo;
 mod exit;
 mod gc;
@@ -27,6 +28,7 @@ use anyhow::{Context, bail};
 
 use crate::cache::layout::CacheLayout;
 use crate::cache::layout::is_short_fingerprint;
+use crate::cache::liveness::Liveness;
 use crate::cache::manifest::Manifest;
 use crate::cli::{Cli, Command};
 use crate::errors::{Failure, Fault};
@@ -34,13 +36,14 @@ use crate::progress::ProgressMode;
 use crate::settings::Settings;
 
 pub fn run(cli: Cli) -> anyhow::Result<()> {
-    let progress = if cli.quiet { ProgressMode::Hidden } else { ProgressMode::Auto };
     let settings = Settings::load()?;
+    let progress = match cli.quiet {
+        true => ProgressMode::Hidden,
+        false => ProgressMode::Auto { line_interval: settings.progress_interval().value },
+    };
     let [heartbeat, stale_age] = settings.liveness()?;
-    crate::cache::lease::configure(crate::cache::lease::Liveness {
-        heartbeat: heartbeat.value,
-        stale_age: stale_age.value,
-    });
+    let liveness = Liveness { heartbeat: heartbeat.value, stale_age: stale_age.value };
+    let cache_layout = |flag: Option<PathBuf>| CacheLayout::new(settings.cache(flag).value).with_liveness(liveness);
     let dest = |flag: Option<PathBuf>| -> anyhow::Result<PathBuf> {
         let dest = settings.dest(flag).map(|s| s.value).ok_or_else(|| {
             UserError("no destination: pass --dest DIR, run inside a Slurm job that sets SLURM_TMPDIR, or set dest in the site config".into())
@@ -49,10 +52,10 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
     };
     match cli.command {
         Command::Prepare { spec, cache, jobs, json } => {
-            prepare::run(&spec, &settings.cache(cache.cache).value, settings.jobs(jobs).value, progress, json)
+            prepare::run(&spec, &cache_layout(cache.cache), settings.jobs(jobs).value, progress, json)
         }
         Command::Stage(args) => {
-            let (dest, cache) = (dest(args.dest.clone())?, settings.cache(args.cache.cache.clone()).value);
+            let (dest, cache) = (dest(args.dest.clone())?, cache_layout(args.cache.cache.clone()));
             let jobs = settings.stage_jobs(args.jobs).value;
             let target = stage::StageTarget::from_flags(args.spec, args.entry, args.src, args.files_from)?;
             let request =
@@ -65,55 +68,18 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
             // SLURM_TMPDIR or the site config is simply empty until something is staged.
             let named = dest.is_some();
             let dest = settings.dest(dest).map(|s| s.value);
-            status::run(&settings.cache(cache.cache).value, dest, named, &settings.socket(None).value, json)
+            status::run(&cache_layout(cache.cache), dest, named, &settings.socket(None).value, json)
         }
         Command::Gc { cache, max_size, max_age, keep, dry_run, dest, json } => {
             let policy = settings.gc_policy(max_size, max_age, keep)?;
-            gc::run(&settings.cache(cache.cache).value, dest.as_deref(), &policy, dry_run, json)
+            gc::run(&cache_layout(cache.cache), dest.as_deref(), &policy, dry_run, json)
         }
         Command::Verify { fingerprint, all, dest, cache, json } => {
-            verify::run(&settings.cache(cache.cache).value, fingerprint.as_deref(), all, dest.as_deref(), json)
+            verify::run(&cache_layout(cache.cache), fingerprint.as_deref(), all, dest.as_deref(), json)
         }
         Command::Config { json } => config::run(&settings, json),
-        Command::Daemon {
-            socket,
-            metrics,
-            cache,
-            idle_timeout,
-            connections_per_user,
-            stagings_per_user,
-            longest_wait,
-        } => {
-            let limits = crate::daemon::DaemonLimits {
-                connections_per_user,
-                stagings_per_user,
-                longest_wait,
-                ..Default::default()
-            };
-            let config = crate::daemon::DaemonConfig {
-                cache: settings.cache(cache.cache).value,
-                ferry: std::env::current_exe()?,
-                idle_timeout,
-                limits,
-            };
-            let metrics = settings.metrics(metrics).map(|s| s.value);
-            crate::daemon::serve(&settings.socket(socket).value, metrics.as_deref(), config)
-        }
-        Command::Request { json, socket } => {
-            let request: serde_json::Value =
-                serde_json::from_str(&json).map_err(|err| UserError(format!("the request is not JSON: {err}")))?;
-            let socket = settings.socket(socket).value;
-            let reply = crate::daemon::client::request(&socket, &request, None)
-                .map_err(|err| UserError(format!("no answer from a ferry daemon on {}: {err}", socket.display())))?;
-            out!("{reply}")?;
-            if reply["ok"] != true {
-                anyhow::bail!(UserError(format!(
-                    "the daemon refused: {}",
-                    reply["error"].as_str().unwrap_or("see the reply")
-                )));
-            }
-            Ok(())
-        }
+        Command::Daemon(args) => daemon::serve(&settings, cache_layout(args.cache.cache.clone()), args),
+        Command::Request { json, socket } => daemon::request(&settings, &json, socket),
         Command::Demo { dir } => demo::run(&dir, settings.jobs(None).value, progress),
     }
 }

@@ -13,15 +13,14 @@ use crate::spec::Spec;
 
 pub fn run(
     spec_path: &Path,
-    cache_root: &Path,
+    cache: &CacheLayout,
     jobs: usize,
     progress: ProgressMode,
     as_json: bool,
 ) -> anyhow::Result<()> {
     let started = Instant::now();
     let spec = Spec::load(spec_path)?;
-    let cache = CacheLayout::new(cache_root);
-    let prepared = prepare::prepare(&spec, &cache, &PrepareOptions { jobs, progress })
+    let prepared = prepare::prepare(&spec, cache, &PrepareOptions { jobs, progress })
         .with_context(|| format!("preparing {}", spec_path.display()))?;
     let elapsed = started.elapsed();
     if as_json {

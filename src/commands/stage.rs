@@ -55,23 +55,22 @@ pub struct StageRequest {
 
 pub fn run(
     request: StageRequest,
-    cache_root: &Path,
+    cache: &CacheLayout,
     dest: PathBuf,
     jobs: usize,
     progress: ProgressMode,
 ) -> anyhow::Result<()> {
-    let cache = CacheLayout::new(cache_root);
     let plan = match &request.target {
         StageTarget::DropIn { src, files_from } => stage::plan_drop_in(src, &read_list(files_from)?, &dest, jobs)?,
-        StageTarget::Entry(prefix) => stage::plan_entry(&cache, &super::find_entry(&cache, prefix)?, &dest)?,
-        StageTarget::Spec(spec_path) => plan_spec(&cache, spec_path, &dest)?,
+        StageTarget::Entry(prefix) => stage::plan_entry(cache, &super::find_entry(cache, prefix)?, &dest)?,
+        StageTarget::Spec(spec_path) => plan_spec(cache, spec_path, &dest)?,
     };
     let options = StageOptions { dest: dest.clone(), jobs, verify: request.verify, progress };
     if let PlanKind::Entry { .. } = plan.kind {
-        prepare::mark_used(&cache, &plan.id);
+        prepare::mark_used(cache, &plan.id);
     }
     if request.background {
-        return start_background(&plan, &options, &cache);
+        return start_background(&plan, &options, cache);
     }
     let report = stage::stage(&plan, &options).with_context(|| format!("staging into {}", dest.display()))?;
     if request.json {
@@ -136,7 +135,6 @@ fn start_background(plan: &StagePlan, options: &StageOptions, cache: &CacheLayou
         .stdin(Stdio::null())
         .stdout(log.try_clone()?.into_parts().0)
         .stderr(log.into_parts().0)
-        .env("FERRY_PROGRESS_INTERVAL", std::env::var("FERRY_PROGRESS_INTERVAL").unwrap_or_else(|_| "10".into()))
         // Its own process group: a Ctrl-C on the terminal does not stop the copy.
         .process_group(0)
         .spawn()

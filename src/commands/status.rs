@@ -14,7 +14,7 @@ use crate::status::{self, CacheStatus, EntryState};
 /// `dest_named`: the destination was given with `--dest`, so a missing one is a
 /// wrong path rather than a node where nothing was staged yet.
 pub fn run(
-    cache_root: &Path,
+    cache: &CacheLayout,
     dest: Option<PathBuf>,
     dest_named: bool,
     socket: &Path,
@@ -24,8 +24,7 @@ pub fn run(
         // A cache that does not exist yet is empty, but a named destination that does not exist is a wrong path.
         std::fs::metadata(dest).with_context(|| format!("reading the staging state of {}", dest.display()))?;
     }
-    let cache = CacheLayout::new(cache_root);
-    let report = status::cache_status(&cache);
+    let report = status::cache_status(cache);
     let staging = dest.as_deref().map(status::staging).unwrap_or_default();
     // The node's daemon, when one answers quickly.
     let daemon = socket

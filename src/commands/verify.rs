@@ -14,13 +14,12 @@ use crate::fsutil::untrusted::Dir;
 use crate::verify::{self, VerifyReport};
 
 pub fn run(
-    cache_root: &Path,
+    cache: &CacheLayout,
     fingerprint: Option<&str>,
     all: bool,
     dest: Option<&Path>,
     as_json: bool,
 ) -> anyhow::Result<()> {
-    let cache = CacheLayout::new(cache_root);
     // (manifest, the entry's directory opened without following symlinks)
     let mut targets: Vec<(Manifest, Dir)> = Vec::new();
     let in_entries = |root: &Path, short: &str| -> anyhow::Result<Dir> {
@@ -39,7 +38,7 @@ pub fn run(
             }
         }
         (None, Some(prefix)) => {
-            let manifest = find_entry(&cache, prefix)?;
+            let manifest = find_entry(cache, prefix)?;
             let entry = in_entries(cache.root(), manifest.short_fingerprint())?;
             targets.push((manifest, entry));
         }

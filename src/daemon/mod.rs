@@ -5,6 +5,7 @@
 //! processes.
 
 pub mod client;
+mod config;
 pub mod protocol;
 pub mod server;
 mod stagings;
@@ -19,7 +20,8 @@ use crate::errors::{Failure, Fault};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::UnixListener;
 
-pub use server::{Daemon, DaemonConfig, DaemonLimits};
+pub use config::{DaemonConfig, DaemonLimits, Metrics};
+pub use server::Daemon;
 
 #[derive(Debug, thiserror::Error)]
 pub enum DaemonError {

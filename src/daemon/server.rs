@@ -15,71 +15,16 @@ use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::Mutex;
 
+use super::config::{DaemonConfig, Metrics};
 use super::protocol::{CacheSummary, MAX_FRAME, NodeStatus, Reply, ReplyBody, Request};
-use super::stagings::{self, RunAs, Stagings};
-use crate::cache::layout::CacheLayout;
+use super::stagings::{RunAs, Stagings};
 use crate::fsutil;
 
-/// What the server needs to know.
-#[derive(Debug, Clone)]
-pub struct DaemonConfig {
-    pub cache: PathBuf,
-    /// The `ferry` executable stagings run.
-    pub ferry: PathBuf,
-    /// A connection silent for this long is closed.
-    pub idle_timeout: Duration,
-    pub limits: DaemonLimits,
-}
-
-/// What one user may ask of the daemon at once, and how long it waits for others.
-#[derive(Debug, Clone)]
-pub struct DaemonLimits {
-    /// Open connections per uid; more are answered with an error and closed.
-    pub connections_per_user: usize,
-    /// Stagings running per uid.
-    pub stagings_per_user: usize,
-    /// The longest a `wait` request waits before answering that the staging still runs.
-    pub longest_wait: Duration,
-    /// The longest a `status` request waits for the cache's filesystem.
-    pub status_deadline: Duration,
-    /// Finished stagings are forgotten after this long...
-    pub finished_kept_for: Duration,
-    /// ...and beyond this many per user.
-    pub finished_kept_per_user: usize,
-}
-
-impl Default for DaemonLimits {
-    fn default() -> DaemonLimits {
-        DaemonLimits {
-            connections_per_user: 64,
-            stagings_per_user: 4,
-            longest_wait: Duration::from_secs(3600),
-            status_deadline: Duration::from_secs(10),
-            finished_kept_for: Duration::from_secs(600),
-            finished_kept_per_user: 32,
-        }
-    }
-}
-
-/// Counters exported as Prometheus metrics.
-#[derive(Debug, Default)]
-pub struct Metrics {
-    pub requests: AtomicU64,
-    pub bad_requests: AtomicU64,
-    pub stagings_started: AtomicU64,
-    pub stagings_failed: AtomicU64,
-    pub bytes_staged: AtomicU64,
-    /// Stagings that found every file already on the node.
-    pub stagings_already_complete: AtomicU64,
-    /// Connections refused because their user had too many open.
-    pub connections_refused: AtomicU64,
-}
-
+/// The running daemon: its settings, its stagings, its counters and connections.
 pub struct Daemon {
     pub(super) config: DaemonConfig,
-    pub(super) stagings: Mutex<Stagings>,
-    pub(super) next_id: AtomicU64,
-    pub metrics: Metrics,
+    stagings: Arc<Stagings>,
+    pub metrics: Arc<Metrics>,
     started: Instant,
     /// Open connections per uid.
     connections: SyncMutex<HashMap<u32, usize>>,
@@ -89,11 +34,12 @@ pub struct Daemon {
 
 impl Daemon {
     pub fn new(config: DaemonConfig) -> Arc<Daemon> {
+        let metrics = Arc::new(Metrics::default());
+        let stagings = Stagings::new(config.ferry.clone(), config.limits.clone(), metrics.clone());
         Arc::new(Daemon {
             config,
-            stagings: Mutex::new(Stagings::default()),
-            next_id: AtomicU64::new(1),
-            metrics: Metrics::default(),
+            stagings,
+            metrics,
             started: Instant::now(),
             connections: SyncMutex::new(HashMap::new()),
             summary: Arc::new(Mutex::new(None)),
@@ -101,7 +47,7 @@ impl Daemon {
     }
 
     pub async fn active_stagings(&self) -> usize {
-        self.stagings.lock().await.running()
+        self.stagings.running().await
     }
 
     /// Counts a connection of `uid`, unless it has as many open as allowed.
@@ -233,7 +179,7 @@ async fn handle(daemon: &Arc<Daemon>, request: Request, uid: u32, gid: u32) -> R
         Request::Stage { entry, dest, cache, verify, uid: for_uid } => {
             start_staging(daemon, entry, dest, cache, verify, (uid, gid), for_uid).await
         }
-        Request::Wait { id } => stagings::wait(daemon, id, uid).await.map(|(staging, ended)| match ended {
+        Request::Wait { id } => daemon.stagings.wait(id, uid).await.map(|(staging, ended)| match ended {
             true => {
                 let done = staging.phase == super::protocol::StagingPhase::Done;
                 Reply::staging(staging, done)
@@ -244,14 +190,14 @@ async fn handle(daemon: &Arc<Daemon>, request: Request, uid: u32, gid: u32) -> R
                 Reply { ok: false, body: ReplyBody::Error { error, staging: Some(staging) } }
             }
         }),
-        Request::Cancel { id } => stagings::cancel(daemon, id, uid).await.map(|staging| Reply::staging(staging, true)),
+        Request::Cancel { id } => daemon.stagings.cancel(id, uid).await.map(|staging| Reply::staging(staging, true)),
     };
     result.unwrap_or_else(Reply::error)
 }
 
 async fn status(daemon: &Arc<Daemon>, uid: u32) -> Result<NodeStatus, String> {
     let cache = cache_summary(daemon).await?;
-    let stagings = daemon.stagings.lock().await.visible_to(uid);
+    let stagings = daemon.stagings.visible_to(uid).await;
     Ok(NodeStatus {
         host: fsutil::whoami().host.clone(),
         pid: fsutil::whoami().pid,
@@ -267,7 +213,8 @@ async fn status(daemon: &Arc<Daemon>, uid: u32) -> Result<NodeStatus, String> {
 async fn cache_summary(daemon: &Arc<Daemon>) -> Result<CacheSummary, String> {
     const FRESH: Duration = Duration::from_secs(1);
     let deadline = daemon.config.limits.status_deadline;
-    let unanswered = || format!("the cache {} did not answer within {deadline:?}", daemon.config.cache.display());
+    let unanswered =
+        || format!("the cache {} did not answer within {deadline:?}", daemon.config.cache.root().display());
     let mut latest =
         tokio::time::timeout(deadline, daemon.summary.clone().lock_owned()).await.map_err(|_| unanswered())?;
     if let Some((made, summary)) = latest.as_ref()
@@ -275,7 +222,7 @@ async fn cache_summary(daemon: &Arc<Daemon>) -> Result<CacheSummary, String> {
     {
         return Ok(summary.clone());
     }
-    let cache = CacheLayout::new(&daemon.config.cache);
+    let cache = daemon.config.cache.clone();
     let mut refresh = tokio::task::spawn_blocking(move || {
         let status = crate::status::cache_status(&cache);
         CacheSummary { root: status.cache, totals: status.totals, builds: status.builds.len() }
@@ -337,10 +284,10 @@ async fn start_staging(
             return Err(format!("{what} {value:?} is empty or has control characters"));
         }
     }
-    let cache = cache.map_or_else(|| daemon.config.cache.clone(), PathBuf::from);
+    let cache = cache.map_or_else(|| daemon.config.cache.root().to_path_buf(), PathBuf::from);
     tracing::info!(uid = target_uid, entry = ?entry, dest = ?dest, "staging");
     let run_as = RunAs { uid: target_uid, gid: target_gid };
-    let (id, pid) = stagings::start(daemon, entry, dest, &cache, verify, run_as).await?;
+    let (id, pid) = daemon.stagings.start(entry, dest, &cache, verify, run_as).await?;
     Ok(Reply { ok: true, body: ReplyBody::Started { id, pid } })
 }
 

@@ -5,16 +5,16 @@
 //! stagings are kept a while for `wait` and `status`, then pruned.
 
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use tokio::io::AsyncReadExt;
-use tokio::sync::watch;
+use tokio::sync::{Mutex, watch};
 
+use super::config::{DaemonLimits, Metrics};
 use super::protocol::{Staging, StagingPhase};
-use super::server::Daemon;
 use crate::stage::command::{StageCommand, StageSource};
 
 /// What a stager prints to stdout with `--json` is a few hundred bytes.
@@ -33,17 +33,17 @@ pub(super) struct Running {
 
 /// Every staging the daemon started and has not pruned.
 #[derive(Default)]
-pub(super) struct Stagings {
+struct Table {
     by_id: BTreeMap<u64, Running>,
 }
 
-impl Stagings {
+impl Table {
     /// The stagings `uid` may see: all of them for root, else its own.
-    pub(super) fn visible_to(&self, uid: u32) -> Vec<Staging> {
+    fn visible_to(&self, uid: u32) -> Vec<Staging> {
         self.by_id.values().filter(|s| uid == 0 || s.info.uid == uid).map(|s| s.info.clone()).collect()
     }
 
-    pub(super) fn running(&self) -> usize {
+    fn running(&self) -> usize {
         self.by_id.values().filter(|s| s.info.phase == StagingPhase::Running).count()
     }
 
@@ -76,59 +76,139 @@ pub(super) struct RunAs {
     pub gid: u32,
 }
 
-/// Starts `ferry stage` as `run_as`; returns its id and pid.
-pub(super) async fn start(
-    daemon: &Arc<Daemon>,
-    entry: String,
-    dest: String,
-    cache: &Path,
-    verify: bool,
-    run_as: RunAs,
-) -> Result<(u64, u32), String> {
-    let limits = &daemon.config.limits;
-    {
-        let mut stagings = daemon.stagings.lock().await;
-        stagings.prune(limits.finished_kept_for, limits.finished_kept_per_user);
-        if stagings.running_for(run_as.uid) >= limits.stagings_per_user {
-            return Err(format!(
-                "uid {} already has {} stagings running, the most this daemon runs for one user; wait for one to end",
-                run_as.uid, limits.stagings_per_user
-            ));
+/// The daemon's stagings: what runs, what ended, and the limits they keep to.
+pub(super) struct Stagings {
+    table: Mutex<Table>,
+    next_id: AtomicU64,
+    /// The `ferry` executable each staging runs.
+    ferry: PathBuf,
+    limits: DaemonLimits,
+    metrics: Arc<Metrics>,
+}
+
+impl Stagings {
+    pub(super) fn new(ferry: PathBuf, limits: DaemonLimits, metrics: Arc<Metrics>) -> Arc<Stagings> {
+        Arc::new(Stagings { table: Mutex::default(), next_id: AtomicU64::new(1), ferry, limits, metrics })
+    }
+
+    /// The stagings `uid` may see: all of them for root, else its own.
+    pub(super) async fn visible_to(&self, uid: u32) -> Vec<Staging> {
+        self.table.lock().await.visible_to(uid)
+    }
+
+    pub(super) async fn running(&self) -> usize {
+        self.table.lock().await.running()
+    }
+
+    /// Starts `ferry stage` as `run_as`; returns its id and pid.
+    pub(super) async fn start(
+        self: &Arc<Self>,
+        entry: String,
+        dest: String,
+        cache: &Path,
+        verify: bool,
+        run_as: RunAs,
+    ) -> Result<(u64, u32), String> {
+        let limits = &self.limits;
+        {
+            let mut stagings = self.table.lock().await;
+            stagings.prune(limits.finished_kept_for, limits.finished_kept_per_user);
+            if stagings.running_for(run_as.uid) >= limits.stagings_per_user {
+                return Err(format!(
+                    "uid {} already has {} stagings running, the most this daemon runs for one user; wait for one to end",
+                    run_as.uid, limits.stagings_per_user
+                ));
+            }
+        }
+        let stage = StageCommand {
+            source: StageSource::Entry { entry: &entry, cache },
+            dest: Path::new(&dest),
+            verify,
+            jobs: None,
+            quiet: true,
+            json: true,
+        };
+        let mut command = tokio::process::Command::from(stage.command(&self.ferry));
+        as_user(&mut command, &run_as)?;
+        command
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped());
+        let child = command.spawn().map_err(|err| format!("cannot start ferry stage: {err}"))?;
+        let pid = child.id().unwrap_or(0);
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let (done, finished) = watch::channel(false);
+        let (cancel, cancelled) = watch::channel(false);
+        let info = Staging {
+            id,
+            entry,
+            dest,
+            uid: run_as.uid,
+            pid,
+            phase: StagingPhase::Running,
+            exit_code: None,
+            bytes_copied: None,
+        };
+        self.table.lock().await.by_id.insert(id, Running { info, finished, cancel, ended: None });
+        self.metrics.stagings_started.fetch_add(1, Ordering::Relaxed);
+        tokio::spawn(watch(self.clone(), child, id, done, cancelled));
+        Ok((id, pid))
+    }
+
+    /// Records how staging `id` ended, from its exit code and its own report.
+    async fn record_end(&self, id: u64, code: Option<i32>, copied: Option<u64>, errors: &[u8]) {
+        let metrics = &self.metrics;
+        let mut stagings = self.table.lock().await;
+        let Some(running) = stagings.by_id.get_mut(&id) else { return };
+        running.ended = Some(Instant::now());
+        running.info.exit_code = code;
+        running.info.bytes_copied = copied;
+        if running.info.phase != StagingPhase::Cancelled {
+            running.info.phase = if code == Some(0) { StagingPhase::Done } else { StagingPhase::Failed };
+        }
+        if code == Some(0) {
+            metrics.bytes_staged.fetch_add(copied.unwrap_or(0), Ordering::Relaxed);
+            if copied == Some(0) {
+                metrics.stagings_already_complete.fetch_add(1, Ordering::Relaxed);
+            }
+        } else {
+            metrics.stagings_failed.fetch_add(1, Ordering::Relaxed);
+            let message = String::from_utf8_lossy(errors);
+            tracing::warn!(id, code, error = ?message.trim(), "staging failed");
         }
     }
-    let stage = StageCommand {
-        source: StageSource::Entry { entry: &entry, cache },
-        dest: Path::new(&dest),
-        verify,
-        jobs: None,
-        quiet: true,
-        json: true,
-    };
-    let mut command = tokio::process::Command::from(stage.command(&daemon.config.ferry));
-    as_user(&mut command, &run_as)?;
-    command
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped());
-    let child = command.spawn().map_err(|err| format!("cannot start ferry stage: {err}"))?;
-    let pid = child.id().unwrap_or(0);
-    let id = daemon.next_id.fetch_add(1, Ordering::Relaxed);
-    let (done, finished) = watch::channel(false);
-    let (cancel, cancelled) = watch::channel(false);
-    let info = Staging {
-        id,
-        entry,
-        dest,
-        uid: run_as.uid,
-        pid,
-        phase: StagingPhase::Running,
-        exit_code: None,
-        bytes_copied: None,
-    };
-    daemon.stagings.lock().await.by_id.insert(id, Running { info, finished, cancel, ended: None });
-    daemon.metrics.stagings_started.fetch_add(1, Ordering::Relaxed);
-    tokio::spawn(watch(daemon.clone(), child, id, done, cancelled));
-    Ok((id, pid))
+
+    /// The staging `id` if `uid` may see it (its owner or root): its end signal.
+    async fn authorized(&self, id: u64, uid: u32) -> Result<watch::Receiver<bool>, String> {
+        let stagings = self.table.lock().await;
+        let running = stagings.by_id.get(&id).ok_or(format!("no staging {id}"))?;
+        if uid != 0 && uid != running.info.uid {
+            return Err(format!("staging {id} belongs to uid {}", running.info.uid));
+        }
+        Ok(running.finished.clone())
+    }
+
+    /// Waits until staging `id` ends, at most the daemon's wait limit. Returns it,
+    /// and whether it ended.
+    pub(super) async fn wait(&self, id: u64, uid: u32) -> Result<(Staging, bool), String> {
+        let mut finished = self.authorized(id, uid).await?;
+        let ended = tokio::time::timeout(self.limits.longest_wait, finished.wait_for(|done| *done)).await.is_ok();
+        let stagings = self.table.lock().await;
+        let running = stagings.by_id.get(&id).ok_or(format!("no staging {id}"))?;
+        Ok((running.info.clone(), ended))
+    }
+
+    /// Asks staging `id`'s watcher to stop it; returns it as it stands.
+    pub(super) async fn cancel(&self, id: u64, uid: u32) -> Result<Staging, String> {
+        self.authorized(id, uid).await?;
+        let mut stagings = self.table.lock().await;
+        let running = stagings.by_id.get_mut(&id).ok_or(format!("no staging {id}"))?;
+        if running.info.phase == StagingPhase::Running {
+            running.info.phase = StagingPhase::Cancelled;
+            let _ = running.cancel.send(true);
+        }
+        Ok(running.info.clone())
+    }
 }
 
 /// Runs the child as `run_as` with the user's supplementary groups. std's own
@@ -164,7 +244,7 @@ fn as_user(command: &mut tokio::process::Command, run_as: &RunAs) -> Result<(), 
 /// Waits for a staging's child and records how it ended; stops it when asked.
 /// Only this task holds the child, so a pid it signals is never one already reaped.
 async fn watch(
-    daemon: Arc<Daemon>,
+    stagings: Arc<Stagings>,
     mut child: tokio::process::Child,
     id: u64,
     done: watch::Sender<bool>,
@@ -199,62 +279,8 @@ async fn watch(
     // The stager's own report, never a file in the user's destination: the daemon
     // runs as root, and what a user controls it does not read.
     let copied = serde_json::from_slice::<serde_json::Value>(&report).ok().and_then(|r| r["bytes_copied"].as_u64());
-    record_end(&daemon, id, code, copied, &errors).await;
+    stagings.record_end(id, code, copied, &errors).await;
     let _ = done.send(true);
-}
-
-async fn record_end(daemon: &Daemon, id: u64, code: Option<i32>, copied: Option<u64>, errors: &[u8]) {
-    let metrics = &daemon.metrics;
-    let mut stagings = daemon.stagings.lock().await;
-    let Some(running) = stagings.by_id.get_mut(&id) else { return };
-    running.ended = Some(Instant::now());
-    running.info.exit_code = code;
-    running.info.bytes_copied = copied;
-    if running.info.phase != StagingPhase::Cancelled {
-        running.info.phase = if code == Some(0) { StagingPhase::Done } else { StagingPhase::Failed };
-    }
-    if code == Some(0) {
-        metrics.bytes_staged.fetch_add(copied.unwrap_or(0), Ordering::Relaxed);
-        if copied == Some(0) {
-            metrics.stagings_already_complete.fetch_add(1, Ordering::Relaxed);
-        }
-    } else {
-        metrics.stagings_failed.fetch_add(1, Ordering::Relaxed);
-        let message = String::from_utf8_lossy(errors);
-        tracing::warn!(id, code, error = ?message.trim(), "staging failed");
-    }
-}
-
-/// The staging `id` if `uid` may see it (its owner or root): its end signal.
-async fn authorized(daemon: &Daemon, id: u64, uid: u32) -> Result<watch::Receiver<bool>, String> {
-    let stagings = daemon.stagings.lock().await;
-    let running = stagings.by_id.get(&id).ok_or(format!("no staging {id}"))?;
-    if uid != 0 && uid != running.info.uid {
-        return Err(format!("staging {id} belongs to uid {}", running.info.uid));
-    }
-    Ok(running.finished.clone())
-}
-
-/// Waits until staging `id` ends, at most the daemon's wait limit. Returns it,
-/// and whether it ended.
-pub(super) async fn wait(daemon: &Daemon, id: u64, uid: u32) -> Result<(Staging, bool), String> {
-    let mut finished = authorized(daemon, id, uid).await?;
-    let ended = tokio::time::timeout(daemon.config.limits.longest_wait, finished.wait_for(|done| *done)).await.is_ok();
-    let stagings = daemon.stagings.lock().await;
-    let running = stagings.by_id.get(&id).ok_or(format!("no staging {id}"))?;
-    Ok((running.info.clone(), ended))
-}
-
-/// Asks staging `id`'s watcher to stop it; returns it as it stands.
-pub(super) async fn cancel(daemon: &Daemon, id: u64, uid: u32) -> Result<Staging, String> {
-    authorized(daemon, id, uid).await?;
-    let mut stagings = daemon.stagings.lock().await;
-    let running = stagings.by_id.get_mut(&id).ok_or(format!("no staging {id}"))?;
-    if running.info.phase == StagingPhase::Running {
-        running.info.phase = StagingPhase::Cancelled;
-        let _ = running.cancel.send(true);
-    }
-    Ok(running.info.clone())
 }
 
 #[cfg(test)]
@@ -279,7 +305,7 @@ mod tests {
 
     #[test]
     fn pruning_forgets_old_and_surplus_finished_stagings_only() {
-        let mut stagings = Stagings::default();
+        let mut stagings = Table::default();
         stagings.by_id.insert(1, staging(1, 7, Some(Duration::from_secs(3600))));
         for id in 2..=6 {
             stagings.by_id.insert(id, staging(id, 7, Some(Duration::from_secs(1))));

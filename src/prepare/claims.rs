@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex};
 
 use serde::{Deserialize, Serialize};
 
-use crate::cache::lease;
+use crate::cache::liveness::{self, Liveness};
 use crate::fsutil;
 use crate::fsutil::untrusted;
 use crate::ticker::Ticker;
@@ -48,6 +48,7 @@ pub fn slurm_task() -> Option<(usize, usize)> {
 pub struct Claims {
     owner: Vec<u8>,
     held: Arc<Mutex<HashSet<PathBuf>>>,
+    liveness: Liveness,
     _heartbeat: Ticker,
 }
 
@@ -65,23 +66,24 @@ impl Drop for ClaimGuard<'_> {
 }
 
 impl Claims {
-    pub fn new() -> Claims {
+    /// Claims kept fresh, and others' judged, by the cache's liveness timeouts.
+    pub fn new(liveness: Liveness) -> Claims {
         let held: Arc<Mutex<HashSet<PathBuf>>> = Arc::default();
         let touched = held.clone();
-        let heartbeat = Ticker::every(lease::liveness().heartbeat, move || {
+        let heartbeat = Ticker::every(liveness.heartbeat, move || {
             let paths: Vec<PathBuf> = touched.lock().unwrap_or_else(|e| e.into_inner()).iter().cloned().collect();
             for path in paths {
                 let _ = fsutil::touch(&path);
             }
         });
         let owner = serde_json::to_vec(&Owner::me()).unwrap_or_default();
-        Claims { owner, held, _heartbeat: heartbeat }
+        Claims { owner, held, liveness, _heartbeat: heartbeat }
     }
 
     /// Claims `path` unless a live owner holds it; takes it over from a dead one.
     pub fn try_claim(&self, path: &Path) -> io::Result<Option<ClaimGuard<'_>>> {
         if !fsutil::create_exclusive(path, &self.owner)? {
-            if !owner_is_dead(path) {
+            if !owner_is_dead(path, self.liveness) {
                 return Ok(None);
             }
             // Rename first: of several tasks taking over at once, one rename wins.
@@ -102,24 +104,24 @@ impl Claims {
 
 /// Whether the claim's owner is provably gone: on this host its pid no longer
 /// exists; elsewhere its heartbeat is older than the stale age.
-pub fn owner_is_dead(path: &Path) -> bool {
-    let Some(age) = lease::heartbeat_age(path) else { return false };
+pub fn owner_is_dead(path: &Path, liveness: Liveness) -> bool {
+    let Some(age) = liveness::heartbeat_age(path) else { return false };
     let owner: Option<Owner> =
         untrusted::read_regular(path, 64 << 10).ok().and_then(|bytes| serde_json::from_slice(&bytes).ok());
-    !lease::holder_alive(owner.as_ref().map(|o| (o.host.as_str(), o.pid)), Some(age))
+    !liveness.holder_alive(owner.as_ref().map(|o| (o.host.as_str(), o.pid)), Some(age))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cache::lease::EXPIRY;
+    use crate::cache::liveness::EXPIRY;
     use std::time::SystemTime;
 
     #[test]
     fn live_claim_is_never_stolen_and_dead_one_is_taken_over() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("train.000001");
-        let claims = Claims::new();
+        let claims = Claims::new(Liveness::default());
         let guard = claims.try_claim(&path).unwrap().expect("free claim");
         // Our own live claim: another claimer (here, the same process) cannot take it.
         assert!(claims.try_claim(&path).unwrap().is_none());
@@ -129,7 +131,7 @@ mod tests {
         // A claim left by a dead process on this host.
         let dead = Owner { host: fsutil::host_name(), pid: 999_999_999, job_id: None, task: None };
         std::fs::write(&path, serde_json::to_vec(&dead).unwrap()).unwrap();
-        assert!(owner_is_dead(&path));
+        assert!(owner_is_dead(&path, Liveness::default()));
         let taken = claims.try_claim(&path).unwrap();
         assert!(taken.is_some(), "a dead owner's claim is taken over");
 
@@ -137,11 +139,11 @@ mod tests {
         drop(taken);
         let remote = Owner { host: "elsewhere".into(), pid: 1, job_id: None, task: None };
         std::fs::write(&path, serde_json::to_vec(&remote).unwrap()).unwrap();
-        assert!(!owner_is_dead(&path));
+        assert!(!owner_is_dead(&path, Liveness::default()));
         assert!(claims.try_claim(&path).unwrap().is_none());
         let old = SystemTime::now() - EXPIRY - std::time::Duration::from_secs(5);
         std::fs::File::options().write(true).open(&path).unwrap().set_modified(old).unwrap();
-        assert!(owner_is_dead(&path));
+        assert!(owner_is_dead(&path, Liveness::default()));
         assert!(claims.try_claim(&path).unwrap().is_some());
     }
 }

@@ -142,7 +142,7 @@ pub fn prepare(spec: &Spec, cache: &CacheLayout, options: &PrepareOptions) -> Re
     let _lease =
         Lease::acquire(cache, &short, "build").map_err(IoError::at("taking a build lease in", cache.root()))?;
     let tokenize_started = Instant::now();
-    let claims = Claims::new();
+    let claims = Claims::new(cache.liveness());
     let run = BuildRun { spec, cache, options, located: &located, encoders: &encoders, build: &build };
     let (records, tokenized_here, kind, _publish_guard) = match tokenize_all(&run, &claims, &tasks)? {
         Together::Publish { records, tokenized_here, kind, guard } => (records, tokenized_here, kind, guard),

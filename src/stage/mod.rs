@@ -233,15 +233,7 @@ fn stage_locked(
     current.bytes_per_second = copied_bytes as f64 / seconds.max(1e-6);
     current.updated_unix = crate::fsutil::now_unix();
     if let Some(first) = failures.into_iter().next() {
-        // Files whose copy failed point at the shared copy, so the mirror is whole.
-        let failed: Vec<&str> = copies
-            .iter()
-            .filter_map(|j| j.dest.strip_prefix(&plan.dest_root).ok()?.to_str())
-            .chain(twins.iter().map(|t| t.file.relative.as_str()))
-            .filter(|relative| !is_regular(&plan.dest_root.join(relative)))
-            .collect();
-        let _ = mirror::link_files(&plan.source_root, &plan.dest_root, &failed);
-        let count = failed.len();
+        let count = link_what_failed(plan, &copies, &twins);
         return Err(StageError::Copy { dest: dest.clone(), count, first });
     }
     current.phase = Phase::Done;
@@ -255,6 +247,19 @@ fn stage_locked(
         dest_root: plan.dest_root.clone(),
         waited_for_another_stager: false,
     })
+}
+
+/// Points every file whose copy failed at the shared copy, so the mirror is
+/// whole, and says how many there were.
+fn link_what_failed(plan: &StagePlan, copies: &[CopyJob], twins: &[twins::Twin]) -> usize {
+    let failed: Vec<&str> = copies
+        .iter()
+        .filter_map(|j| j.dest.strip_prefix(&plan.dest_root).ok()?.to_str())
+        .chain(twins.iter().map(|t| t.file.relative.as_str()))
+        .filter(|relative| !is_regular(&plan.dest_root.join(relative)))
+        .collect();
+    let _ = mirror::link_files(&plan.source_root, &plan.dest_root, &failed);
+    failed.len()
 }
 
 impl Failure for StageError {

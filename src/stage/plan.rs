@@ -74,7 +74,7 @@ pub fn plan_entry(cache: &CacheLayout, manifest: &Manifest, dest: &Path) -> Resu
         source: Arc::new(source),
         dest_root: DestLayout::new(dest).mirror().entry(&short).root().to_path_buf(),
         files,
-        kind: PlanKind::Entry { cache: CacheLayout::new(absolute(cache.root())) },
+        kind: PlanKind::Entry { cache: cache.at(absolute(cache.root())) },
     })
 }
 
