@@ -89,9 +89,16 @@ fn tokenizer_files(spec: &Spec) -> TokenizerFiles {
     }
 }
 
+/// Parses a `tokenizer.json`. The JSON syntax is checked first: the tokenizers
+/// crate panics, rather than failing, on a syntax error inside some sections (its
+/// decoder's `expect`), and a panic that slips through anyway becomes an error.
 fn parse(source_name: &str, json: &str) -> Result<tokenizers::Tokenizer, TokenizerError> {
-    json.parse::<tokenizers::Tokenizer>()
-        .map_err(|err| TokenizerError::Load { source_name: source_name.to_string(), message: err.to_string() })
+    let load_error = |message: String| TokenizerError::Load { source_name: source_name.to_string(), message };
+    serde_json::from_str::<serde::de::IgnoredAny>(json)
+        .map_err(|err| load_error(format!("it is not valid JSON: {err}")))?;
+    std::panic::catch_unwind(|| json.parse::<tokenizers::Tokenizer>())
+        .map_err(|_| load_error("the tokenizers library failed on it (see the message above)".into()))?
+        .map_err(|err| load_error(err.to_string()))
 }
 
 /// The tokenizer's identity for the fingerprint: a hash of its canonical
@@ -303,6 +310,14 @@ mod tests {
     fn gpt2_spec(extra: &str) -> Spec {
         let text = format!("name='t'\n[splits]\ntrain='x'\n[tokenizer]\nbuiltin='gpt2'\n{extra}");
         Spec::parse(&text, Path::new("t.toml"), PathBuf::from(".")).unwrap()
+    }
+
+    #[test]
+    fn a_syntax_error_inside_the_decoder_is_an_error_not_a_panic() {
+        // The tokenizers crate panics on this one (found by fuzz/tokenizer).
+        let broken = r#"{"version": "1.0", "decoder": {"type": "ByteLevel", "add_prefix_space": true,}}"#;
+        let err = parse("broken/tokenizer.json", broken).unwrap_err().to_string();
+        assert!(err.contains("broken/tokenizer.json") && err.contains("not valid JSON"), "{err}");
     }
 
     #[test]
