@@ -6,6 +6,7 @@
 #   - a second venv with megatron-core (and torch) and pyarrow, to read the
 #     Megatron files back (FERRY_TEST_MEGATRON=0 skips it);
 #   - maturin and ziglang from PyPI, to build the wheel the pip-route tests install;
+#   - cargo-fuzz (crates.io), for scripts/fuzz.sh on the nightly toolchain;
 #   - as root: Slurm and munge from Debian packages (for the end-to-end test and,
 #     with iproute2, a three-node cluster in network namespaces for the multi-node
 #     tests), rsync, and systemd (for `systemd-analyze verify`).
@@ -33,6 +34,10 @@ tests_log="$root/target/test-build.log"
 say "building the tests in the background (log in $tests_log)"
 cargo test --no-run --quiet >"$tests_log" 2>&1 &
 tests_pid=$!
+fuzz_log="$root/target/fuzz-build.log"
+say "building the fuzz targets in the background (log in $fuzz_log)"
+scripts/fuzz.sh --build-only >"$fuzz_log" 2>&1 &
+fuzz_pid=$!
 
 # --- Python environment -------------------------------------------------------
 venv=${FERRY_TEST_VENV:-$root/target/test-venv}
@@ -152,6 +157,14 @@ case $wheel_status in
   3) skip "maturin and ziglang could not be installed from PyPI; the wheel tests will be skipped" ;;
   *) tail -n 40 "$wheel_log"; echo "building the wheel failed" >&2; exit 1 ;;
 esac
+# Before the tests, so the test runner's summary stays the run's last line.
+if ! wait "$fuzz_pid"; then
+  cat "$fuzz_log"
+  echo "building the fuzz targets failed" >&2
+  exit 1
+fi
+say "fuzzing (scripts/fuzz.sh, ${FERRY_FUZZ_SECONDS:-20} s per target)"
+FERRY_FUZZ_SECONDS=${FERRY_FUZZ_SECONDS:-20} scripts/fuzz.sh
 say "tests"
 if cargo nextest --version >/dev/null 2>&1; then
   cargo nextest run --no-fail-fast --failure-output final
