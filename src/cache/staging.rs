@@ -95,6 +95,14 @@ impl Phase {
     }
 }
 
+/// The staging id of `--src` mode starts with this; an entry's is its short fingerprint.
+pub const DROP_IN_PREFIX: &str = "dropin-";
+
+/// The staging id of the drop-in files under `src`.
+pub fn drop_in_id(src: &Path) -> String {
+    format!("{DROP_IN_PREFIX}{}", &blake3::hash(src.as_os_str().as_encoded_bytes()).to_hex()[..16])
+}
+
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct StageState {
     /// The entry's short fingerprint, or `dropin-<hash>` for `--src` mode.
@@ -117,6 +125,18 @@ pub struct StageState {
     pub job_id: Option<String>,
     pub started_unix: u64,
     pub updated_unix: u64,
+}
+
+impl StageState {
+    /// Where the staged data is loaded from in `dest`: the entry's directory in
+    /// the mirror, or `dest` itself for `--src` mode.
+    pub fn loadable_path(&self, dest: &Path) -> PathBuf {
+        if self.id.starts_with(DROP_IN_PREFIX) {
+            dest.to_path_buf()
+        } else {
+            DestLayout::new(dest).mirror().entry(&self.id).root().to_path_buf()
+        }
+    }
 }
 
 impl StageState {

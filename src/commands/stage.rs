@@ -179,17 +179,8 @@ pub fn wait(dest: PathBuf, entry: Option<&str>, as_json: bool) -> anyhow::Result
 /// `wait --json`: the destination and each finished staging with the path to load
 /// (`entries/<id>` in the destination; the destination itself for `--src` mode).
 fn staged_json(dest: &Path, states: &[staging::StageState]) -> serde_json::Value {
-    let staged: Vec<serde_json::Value> = states
-        .iter()
-        .map(|s| {
-            let path = if s.id.starts_with(stage::DROP_IN_PREFIX) {
-                dest.to_path_buf()
-            } else {
-                CacheLayout::new(dest).entry(&s.id).root().to_path_buf()
-            };
-            serde_json::json!({"path": path, "state": s})
-        })
-        .collect();
+    let staged: Vec<serde_json::Value> =
+        states.iter().map(|s| serde_json::json!({"path": s.loadable_path(dest), "state": s})).collect();
     serde_json::json!({"dest": dest, "staged": staged})
 }
 

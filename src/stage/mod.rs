@@ -16,7 +16,7 @@ mod report;
 mod twins;
 
 pub use guard::lock_destination;
-pub use plan::{DROP_IN_PREFIX, PlanKind, PlannedFile, StagePlan, pending_files, plan_drop_in, plan_entry};
+pub use plan::{PlanKind, PlannedFile, StagePlan, pending_files, plan_drop_in, plan_entry};
 pub use report::new_state;
 
 use std::collections::HashSet;

@@ -78,9 +78,6 @@ pub fn plan_entry(cache: &CacheLayout, manifest: &Manifest, dest: &Path) -> Resu
     })
 }
 
-/// How drop-in stagings' ids begin (entries are named by their fingerprint).
-pub const DROP_IN_PREFIX: &str = "dropin-";
-
 /// The plan for drop-in mode: `list` holds relative paths inside `src`, one per
 /// line. The listed files are looked up `jobs` at a time, since each lookup
 /// may wait on a network filesystem.
@@ -120,7 +117,7 @@ pub fn plan_drop_in(src: &Path, list: &str, dest: &Path, jobs: usize) -> Result<
     if files.is_empty() {
         return Err(StageError::EmptyList);
     }
-    let id = format!("{DROP_IN_PREFIX}{}", &blake3::hash(src.as_os_str().as_encoded_bytes()).to_hex()[..16]);
+    let id = crate::cache::staging::drop_in_id(&src);
     let name = src.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
     let source = Arc::new(Dir::open(&src).map_err(IoError::at("opening", &src))?);
     Ok(StagePlan { id, name, source_root: src, source, dest_root: dest.to_path_buf(), files, kind: PlanKind::DropIn })
