@@ -8,6 +8,7 @@ pub mod hashed_file;
 pub mod layout;
 pub mod lease;
 pub mod liveness;
+pub mod lookup;
 pub mod manifest;
 pub mod memo;
 pub mod staging;

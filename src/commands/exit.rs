@@ -36,6 +36,7 @@ fn fault_of(cause: &(dyn Error + 'static)) -> Option<Fault> {
         io::Error,
         crate::errors::IoError,
         super::UserError,
+        crate::cache::lookup::LookupError,
         crate::cache::manifest::ManifestError,
         crate::cache::writer::WriteError,
         crate::daemon::DaemonError,

@@ -24,12 +24,8 @@ pub use exit::exit_code;
 
 use std::path::PathBuf;
 
-use anyhow::{Context, bail};
-
 use crate::cache::layout::CacheLayout;
-use crate::cache::layout::is_short_fingerprint;
 use crate::cache::liveness::Liveness;
-use crate::cache::manifest::Manifest;
 use crate::cli::{Cli, Command};
 use crate::errors::{Failure, Fault};
 use crate::progress::ProgressMode;
@@ -88,28 +84,6 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
 #[derive(Debug, thiserror::Error)]
 #[error("{0}")]
 pub struct UserError(pub String);
-
-/// The published entry whose fingerprint starts with `prefix`.
-pub fn find_entry(cache: &CacheLayout, prefix: &str) -> anyhow::Result<Manifest> {
-    let prefix = prefix.to_ascii_lowercase();
-    let entries = std::fs::read_dir(cache.entries_dir())
-        .with_context(|| format!("listing the entries of {}", cache.entries_dir().display()))?;
-    let matches: Vec<String> = entries
-        .flatten()
-        .map(|e| e.file_name().to_string_lossy().into_owned())
-        // Only directories named by a fingerprint: any other name was not published
-        // by ferry (and a short one would match every prefix).
-        .filter(|name| is_short_fingerprint(name))
-        .filter(|name| !prefix.is_empty() && (name.starts_with(&prefix) || prefix.starts_with(name.as_str())))
-        .collect();
-    match matches.as_slice() {
-        [one] => Ok(Manifest::load_entry(cache.entry(one).root())?),
-        [] => bail!(UserError(format!("no entry {prefix} in {}; `ferry status` lists them", cache.root().display()))),
-        many => {
-            bail!(UserError(format!("{prefix} matches {} entries ({}); give more digits", many.len(), many.join(", "))))
-        }
-    }
-}
 
 impl Failure for UserError {
     fn fault(&self) -> Fault {

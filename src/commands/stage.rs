@@ -62,7 +62,9 @@ pub fn run(
 ) -> anyhow::Result<()> {
     let plan = match &request.target {
         StageTarget::DropIn { src, files_from } => stage::plan_drop_in(src, &read_list(files_from)?, &dest, jobs)?,
-        StageTarget::Entry(prefix) => stage::plan_entry(cache, &super::find_entry(cache, prefix)?, &dest)?,
+        StageTarget::Entry(prefix) => {
+            stage::plan_entry(cache, &crate::cache::lookup::find_entry(cache, prefix)?, &dest)?
+        }
         StageTarget::Spec(spec_path) => plan_spec(cache, spec_path, &dest)?,
     };
     let options = StageOptions { dest: dest.clone(), jobs, verify: request.verify, progress };

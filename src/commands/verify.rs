@@ -4,10 +4,11 @@ use std::path::Path;
 
 use anyhow::bail;
 
-use super::{UserError, find_entry};
+use super::UserError;
 use crate::cache::destination::DestLayout;
 use crate::cache::layout::is_short_fingerprint;
 use crate::cache::layout::{CacheLayout, ENTRIES_DIR};
+use crate::cache::lookup::find_entry;
 use crate::cache::manifest::Manifest;
 use crate::errors::IoError;
 use crate::fsutil::untrusted::Dir;

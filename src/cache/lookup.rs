@@ -1,0 +1,50 @@
+//! Finding a published entry by its fingerprint or a prefix of it: the one lookup
+//! behind `stage --entry`, `verify FP` and the daemon's stagings (which run
+//! `ferry stage --entry`).
+
+use crate::cache::layout::{CacheLayout, is_short_fingerprint};
+use crate::cache::manifest::{Manifest, ManifestError};
+use crate::errors::{Failure, Fault, IoError};
+
+#[derive(Debug, thiserror::Error)]
+pub enum LookupError {
+    #[error("no entry {prefix} in {cache}; `ferry status` lists them")]
+    NoEntry { prefix: String, cache: String },
+    #[error("{prefix} matches {} entries ({}); give more digits", matches.len(), matches.join(", "))]
+    Ambiguous { prefix: String, matches: Vec<String> },
+    #[error(transparent)]
+    Listing(#[from] IoError),
+    #[error(transparent)]
+    Manifest(#[from] ManifestError),
+}
+
+impl Failure for LookupError {
+    fn fault(&self) -> Fault {
+        match self {
+            LookupError::NoEntry { .. } | LookupError::Ambiguous { .. } => Fault::User,
+            LookupError::Listing(_) | LookupError::Manifest(_) => Fault::Cause,
+        }
+    }
+}
+
+/// The published entry whose short fingerprint starts with `prefix` (or that
+/// `prefix`, a full fingerprint, starts with).
+pub fn find_entry(cache: &CacheLayout, prefix: &str) -> Result<Manifest, LookupError> {
+    let prefix = prefix.to_ascii_lowercase();
+    let entries_dir = cache.entries_dir();
+    let entries = std::fs::read_dir(&entries_dir).map_err(IoError::at("listing the entries of", &entries_dir))?;
+    let mut matches: Vec<String> = entries
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        // Only directories named by a fingerprint: any other name was not published
+        // by ferry (and a short one would match every prefix).
+        .filter(|name| is_short_fingerprint(name))
+        .filter(|name| !prefix.is_empty() && (name.starts_with(&prefix) || prefix.starts_with(name.as_str())))
+        .collect();
+    matches.sort();
+    match matches.as_slice() {
+        [one] => Ok(Manifest::load_entry(cache.entry(one).root())?),
+        [] => Err(LookupError::NoEntry { prefix, cache: cache.root().display().to_string() }),
+        _ => Err(LookupError::Ambiguous { prefix, matches }),
+    }
+}
