@@ -10,6 +10,7 @@ use arrow_array::{Array, ArrayRef, RecordBatch, StringArray};
 use arrow_schema::DataType;
 use parquet::arrow::ProjectionMask;
 use parquet::arrow::arrow_reader::{ParquetRecordBatchReader, ParquetRecordBatchReaderBuilder};
+use parquet::file::metadata::ParquetMetaData;
 
 use super::{DocumentReader, Item, RecordProblem, Selector, SourceError};
 
@@ -34,6 +35,8 @@ impl ParquetReader {
         let file = File::open(path).map_err(|source| SourceError::Open { path: path.to_path_buf(), source })?;
         let file_size = file.metadata().map(|m| m.len()).unwrap_or(0);
         let builder = ParquetRecordBatchReaderBuilder::try_new(file).map_err(parquet_error)?;
+        check_chunks(builder.metadata(), file_size)
+            .map_err(|message| SourceError::Parquet { path: path.to_path_buf(), message })?;
         let columns = selector.columns();
         for column in &columns {
             let first = column.split('.').next().unwrap_or(column);
@@ -107,13 +110,43 @@ impl ParquetReader {
     }
 }
 
+/// Every column chunk must lie inside the file. The parquet crate panics on a
+/// negative offset or size from the footer instead of failing, so a damaged or
+/// hostile footer is refused here.
+fn check_chunks(metadata: &ParquetMetaData, file_size: u64) -> Result<(), String> {
+    for (group_index, group) in metadata.row_groups().iter().enumerate() {
+        for (column_index, column) in group.columns().iter().enumerate() {
+            let start = column.dictionary_page_offset().unwrap_or(column.data_page_offset());
+            let length = column.compressed_size();
+            let inside = u64::try_from(start)
+                .ok()
+                .zip(u64::try_from(length).ok())
+                .and_then(|(start, length)| start.checked_add(length))
+                .is_some_and(|end| end <= file_size);
+            if !inside {
+                return Err(format!(
+                    "row group {group_index}, column {column_index}: its chunk (offset {start}, {length} bytes) \
+                     lies outside the file's {file_size} bytes; the file is damaged, write it again"
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
 impl DocumentReader for ParquetReader {
     fn next_item(&mut self) -> Result<Option<Item>, SourceError> {
         loop {
             if let Some(item) = self.pending.pop_front() {
                 return Ok(Some(item));
             }
-            match self.batches.next() {
+            // The parquet crate asserts on some corruptions it does not report as errors;
+            // a panic while decoding this file is this file's error, not the build's end.
+            let next =
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.batches.next())).unwrap_or_else(|_| {
+                    Some(Err(arrow_schema::ArrowError::ExternalError("the parquet decoder failed on it".into())))
+                });
+            match next {
                 None => return Ok(None),
                 Some(Err(err)) => {
                     return Err(SourceError::Parquet { path: self.path.clone(), message: err.to_string() });
@@ -135,6 +168,31 @@ mod tests {
     use arrow_array::StructArray;
     use arrow_schema::{Field, Schema};
     use std::sync::Arc;
+
+    #[test]
+    fn a_footer_with_a_negative_chunk_offset_is_an_error_not_a_panic() {
+        // The parquet crate asserts on this file while decoding (found by fuzz/parquet).
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("damaged.parquet");
+        std::fs::write(
+            &path,
+            include_bytes!("../../fuzz/seeds/parquet/crash-6084d6ccf51fa85737ed359c595253ebf4bf2960"),
+        )
+        .unwrap();
+        let selector = Selector::new("text", &FilterSpec::default());
+        let err = match ParquetReader::open(&path, selector) {
+            Err(err) => err,
+            Ok(mut reader) => loop {
+                match reader.next_item() {
+                    Ok(Some(_)) => continue,
+                    Ok(None) => panic!("a damaged file read to its end"),
+                    Err(err) => break err,
+                }
+            },
+        };
+        let message = err.to_string();
+        assert!(message.contains("damaged.parquet") && message.contains("outside the file"), "{message}");
+    }
 
     #[test]
     fn reads_text_and_filters_on_a_struct_field() {
