@@ -26,8 +26,19 @@ pub struct ParquetReader {
     selector: Selector,
 }
 
+/// The parquet crate asserts (panics) on some corruptions instead of returning an
+/// error; a panic while reading one file becomes that file's error.
+fn decoder_panicked(path: &Path) -> SourceError {
+    SourceError::Parquet { path: path.to_path_buf(), message: "the parquet decoder failed on it".into() }
+}
+
 impl ParquetReader {
     pub fn open(path: &Path, selector: Selector) -> Result<ParquetReader, SourceError> {
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| ParquetReader::open_unguarded(path, selector)))
+            .unwrap_or_else(|_| Err(decoder_panicked(path)))
+    }
+
+    fn open_unguarded(path: &Path, selector: Selector) -> Result<ParquetReader, SourceError> {
         let parquet_error = |err: parquet::errors::ParquetError| SourceError::Parquet {
             path: path.to_path_buf(),
             message: err.to_string(),
@@ -140,12 +151,8 @@ impl DocumentReader for ParquetReader {
             if let Some(item) = self.pending.pop_front() {
                 return Ok(Some(item));
             }
-            // The parquet crate asserts on some corruptions it does not report as errors;
-            // a panic while decoding this file is this file's error, not the build's end.
-            let next =
-                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.batches.next())).unwrap_or_else(|_| {
-                    Some(Err(arrow_schema::ArrowError::ExternalError("the parquet decoder failed on it".into())))
-                });
+            let next = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.batches.next()))
+                .map_err(|_| decoder_panicked(&self.path))?;
             match next {
                 None => return Ok(None),
                 Some(Err(err)) => {
