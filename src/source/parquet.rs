@@ -176,16 +176,11 @@ mod tests {
     use arrow_schema::{Field, Schema};
     use std::sync::Arc;
 
-    #[test]
-    fn a_footer_with_a_negative_chunk_offset_is_an_error_not_a_panic() {
-        // The parquet crate asserts on this file while decoding (found by fuzz/parquet).
+    /// The error from reading all of `bytes` as a Parquet file named `damaged.parquet`.
+    fn read_damaged(bytes: &[u8]) -> String {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("damaged.parquet");
-        std::fs::write(
-            &path,
-            include_bytes!("../../fuzz/seeds/parquet/crash-6084d6ccf51fa85737ed359c595253ebf4bf2960"),
-        )
-        .unwrap();
+        std::fs::write(&path, bytes).unwrap();
         let selector = Selector::new("text", &FilterSpec::default());
         let err = match ParquetReader::open(&path, selector) {
             Err(err) => err,
@@ -197,8 +192,23 @@ mod tests {
                 }
             },
         };
-        let message = err.to_string();
+        err.to_string()
+    }
+
+    #[test]
+    fn a_footer_with_a_negative_chunk_offset_is_an_error_not_a_panic() {
+        // The parquet crate asserts on this file while decoding (found by fuzz/parquet).
+        let message =
+            read_damaged(include_bytes!("../../fuzz/seeds/parquet/crash-6084d6ccf51fa85737ed359c595253ebf4bf2960"));
         assert!(message.contains("damaged.parquet") && message.contains("outside the file"), "{message}");
+    }
+
+    #[test]
+    fn a_panic_inside_the_decoder_is_the_files_error() {
+        // Corrupt definition levels: the parquet crate panics (found by fuzz/parquet).
+        let message =
+            read_damaged(include_bytes!("../../fuzz/seeds/parquet/crash-eabf6e2903fb727c2a27d84056905003369533df"));
+        assert!(message.contains("damaged.parquet") && message.contains("decoder failed"), "{message}");
     }
 
     #[test]
