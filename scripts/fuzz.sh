@@ -12,6 +12,8 @@
 #   scripts/fuzz.sh                 every target, 30 s each
 #   scripts/fuzz.sh manifest spec   only these
 #   scripts/fuzz.sh --build-only    build them, run nothing
+#   scripts/fuzz.sh --dev           unoptimized: a fraction of the build time, slower
+#                                   runs (the smoke run of scripts/test.sh)
 #   FERRY_FUZZ_SECONDS=600 scripts/fuzz.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -32,15 +34,19 @@ if ! cargo +nightly fuzz --version >/dev/null 2>&1; then
 fi
 
 build_only=0
-if [ "${1:-}" = --build-only ]; then
-  build_only=1
+build=(-s none --debug-assertions)
+while [ $# -gt 0 ]; do
+  case $1 in
+    --build-only) build_only=1 ;;
+    --dev) build=(-s none --dev) ;;
+    *) break ;;
+  esac
   shift
-fi
+done
 targets=("$@")
 if [ ${#targets[@]} -eq 0 ]; then
   mapfile -t targets < <(cargo +nightly fuzz list)
 fi
-build=(-s none --debug-assertions)
 say "building the fuzz targets"
 cargo +nightly fuzz build "${build[@]}" >/dev/null 2>"$root/fuzz/build.log" || {
   cat "$root/fuzz/build.log" >&2
