@@ -10,6 +10,7 @@ mod gpt2;
 mod pretokenize;
 mod ranks;
 mod recognize;
+mod scanner;
 mod split_regex;
 
 use std::path::{Path, PathBuf};

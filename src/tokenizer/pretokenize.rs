@@ -62,6 +62,10 @@ impl PreTokenizer {
         for step in &self.steps {
             next.clear();
             for &(start, end) in out.iter() {
+                if step.behavior == Behavior::Isolated {
+                    isolate(&step.regex, text, (start, end), &mut next);
+                    continue;
+                }
                 find_matches(&step.regex, &text[start..end], step.invert, &mut matches);
                 apply_behavior(step.behavior, &matches, start, &mut next);
             }
@@ -83,6 +87,24 @@ fn find_matches(regex: &SplitRegex, piece: &str, invert: bool, matches: &mut Vec
     });
     if previous != piece.len() {
         matches.push(((previous, piece.len()), invert));
+    }
+}
+
+/// `Isolated`, the common case, straight to the output: every match and every
+/// gap between matches is a part of its own, whatever `invert` says.
+fn isolate(regex: &SplitRegex, text: &str, (start, end): Span, out: &mut Vec<Span>) {
+    let mut previous = start;
+    regex.for_each_match(&text[start..end], &mut |match_start, match_end| {
+        if previous != start + match_start {
+            out.push((previous, start + match_start));
+        }
+        if match_start != match_end {
+            out.push((start + match_start, start + match_end));
+        }
+        previous = start + match_end;
+    });
+    if previous != end {
+        out.push((previous, end));
     }
 }
 
@@ -146,5 +168,6 @@ mod tests {
         assert_eq!(pieces(Behavior::MergedWithNext, false, text), ["the", "-final", "-", "-countdown"]);
         assert_eq!(pieces(Behavior::Contiguous, false, text), ["the", "-", "final", "--", "countdown"]);
         assert_eq!(pieces(Behavior::Removed, true, text), ["-", "-", "-"]);
+        assert_eq!(pieces(Behavior::Isolated, true, text), pieces(Behavior::Isolated, false, text));
     }
 }

@@ -1,5 +1,6 @@
 //! A split pattern compiled for speed with the same matches as `fancy-regex`, the
-//! engine `tokenizers` uses: patterns without look-around go to the `regex`
+//! engine `tokenizers` uses: the common families' patterns get a hand-written
+//! scanner (see `scanner`); other patterns without look-around go to the `regex`
 //! crate's automata; the byte-level families' `...|\s+(?!\S)|\s+` ending is
 //! matched as `...|\s+` and then given back its last whitespace character where
 //! the look-ahead would have (see `whitespace_run_matches`). Anything else stays
@@ -17,10 +18,13 @@ use regex_automata::meta::Regex;
 use regex_automata::{Anchored, Input, PatternID};
 use thread_local::ThreadLocal;
 
+use super::scanner::Scanner;
+
 /// The ending whose look-ahead the automata cannot run.
 const LOOKAHEAD_ENDING: &str = r"|\s+(?!\S)|\s+";
 
 pub enum SplitRegex {
+    Scanner(Scanner),
     Backtracking(fancy_regex::Regex),
     Automaton(Automaton),
     /// Pattern 0 is everything before the ending, pattern 1 is `\s+`.
@@ -76,6 +80,14 @@ impl Automaton {
 
 impl SplitRegex {
     pub fn new(pattern: &str) -> Result<SplitRegex, String> {
+        match Scanner::for_pattern(pattern) {
+            Some(scanner) => Ok(SplitRegex::Scanner(scanner)),
+            None => SplitRegex::with_regex_engines(pattern),
+        }
+    }
+
+    /// The pattern on the regex engines alone, with no scanner.
+    fn with_regex_engines(pattern: &str) -> Result<SplitRegex, String> {
         let backtracking = fancy_regex::Regex::new(pattern)
             .map_err(|err| format!("cannot compile the split pattern {pattern:?}: {err}"))?;
         if let Some(head) = pattern.strip_suffix(LOOKAHEAD_ENDING)
@@ -96,6 +108,7 @@ impl SplitRegex {
     /// backtracking error (its limit) ends the matches there, as in `tokenizers`.
     pub fn for_each_match(&self, text: &str, on_match: &mut dyn FnMut(usize, usize)) {
         match self {
+            SplitRegex::Scanner(scanner) => scanner.for_each_match(text, on_match),
             SplitRegex::Backtracking(regex) => {
                 for found in regex.find_iter(text) {
                     let Ok(found) = found else { break };
@@ -147,7 +160,7 @@ mod tests {
 
     #[test]
     fn automata_match_like_fancy_regex_on_whitespace_runs() {
-        let fast = SplitRegex::new(LLAMA3).unwrap();
+        let fast = SplitRegex::with_regex_engines(LLAMA3).unwrap();
         assert!(matches!(fast, SplitRegex::WhitespaceRun(_)));
         let slow = SplitRegex::Backtracking(fancy_regex::Regex::new(LLAMA3).unwrap());
         for text in [
@@ -179,7 +192,8 @@ mod tests {
     }
 
     #[test]
-    fn look_around_elsewhere_stays_on_fancy_regex() {
+    fn each_pattern_gets_the_fastest_engine_that_matches_alike() {
+        assert!(matches!(SplitRegex::new(LLAMA3).unwrap(), SplitRegex::Scanner(_)));
         assert!(matches!(SplitRegex::new(r"\w+(?=,)|\s+").unwrap(), SplitRegex::Backtracking(_)));
         assert!(matches!(SplitRegex::new(r"\p{N}{1,3}").unwrap(), SplitRegex::Automaton(_)));
         assert!(matches!(SplitRegex::new(r"a*").unwrap(), SplitRegex::Backtracking(_)));
