@@ -138,7 +138,9 @@ pub fn prepare(spec: &Spec, cache: &CacheLayout, options: &PrepareOptions) -> Re
     let encoders = Encoders::load(spec)?;
     let build = cache.build(&short);
     let tasks = shard_tasks(&located);
-    create_build_dirs(&build, &located)?;
+    if let Some((entry, manifest)) = set_up_build(cache, &build, &located)? {
+        return use_published(cache, spec, Prepared { entry, manifest, built: false, shards_tokenized_here: 0 });
+    }
     let _lease =
         Lease::acquire(cache, &short, "build").map_err(IoError::at("taking a build lease in", cache.root()))?;
     let tokenize_started = Instant::now();
@@ -210,12 +212,31 @@ fn shard_tasks(located: &Located) -> Vec<shard::ShardTask> {
         .collect()
 }
 
-fn create_build_dirs(build: &BuildLayout, located: &Located) -> Result<(), PrepareError> {
-    let dirs = located.splits.iter().map(|split| build.parts_dir(&split.name)).chain([build.claims_dir()]);
-    for dir in dirs {
-        fsutil::create_dir_all(&dir).map_err(IoError::at("creating", &dir))?;
+/// Creates the build directory's parts and claims directories, or finds the
+/// entry published meanwhile. The task that publishes an entry removes its build
+/// directory, possibly while this one is creating it: then the entry is there,
+/// or (a stale build's cleanup) the directories are created again.
+fn set_up_build(
+    cache: &CacheLayout,
+    build: &BuildLayout,
+    located: &Located,
+) -> Result<Option<(EntryLayout, Manifest)>, PrepareError> {
+    let dirs: Vec<PathBuf> =
+        located.splits.iter().map(|split| build.parts_dir(&split.name)).chain([build.claims_dir()]).collect();
+    let mut attempt = 0;
+    loop {
+        attempt += 1;
+        let Some((dir, err)) = dirs.iter().find_map(|dir| fsutil::create_dir_all(dir).err().map(|err| (dir, err)))
+        else {
+            return Ok(None);
+        };
+        if let Some(found) = published(cache, &located.fingerprint)? {
+            return Ok(Some(found));
+        }
+        if err.kind() != std::io::ErrorKind::NotFound || attempt == 5 {
+            return Err(IoError::at("creating", dir)(err).into());
+        }
     }
-    Ok(())
 }
 
 /// What one build of an entry works with.
