@@ -22,7 +22,7 @@ use std::time::Instant;
 use ferry::cache::manifest::EncoderKind;
 use ferry::source::{self, Item, Selector};
 use ferry::spec::Spec;
-use ferry::tokenizer::Encoders;
+use ferry::tokenizer::{Encoders, Ranks};
 use rayon::prelude::*;
 
 /// CPU time of this process (all threads), which contention on the machine does not inflate.
@@ -35,7 +35,9 @@ fn main() -> anyhow::Result<()> {
     let args: Vec<String> = std::env::args().skip(1).filter(|a| a != "--bench").collect();
     match args.first().map(String::as_str) {
         Some("--cores") => return cores::run(&args[1..]),
-        Some("--llama3-tokenizer") => return cores::write_llama3_style(args.get(1).map(Path::new)),
+        Some("--llama3-tokenizer") => return cores::write_llama3_style(Ranks::Cl100kBase, args.get(1).map(Path::new)),
+        Some("--gpt2-tokenizer") => return cores::write_gpt2(args.get(1).map(Path::new)),
+        Some("--o200k-tokenizer") => return cores::write_llama3_style(Ranks::O200kBase, args.get(1).map(Path::new)),
         _ => {}
     }
     let Some((spec_path, shards)) = args.split_first() else {

@@ -48,27 +48,9 @@ cargo bench --profile "$profile" --no-run --quiet --bench encoders 2>/dev/null
 ferry="$root/target/$profile_dir/ferry"
 
 corpus="$work/corpus"
+scripts/bench-corpus.sh "$corpus" "$target_mb" "$venv/bin/python" "$ferry"
 corpus_kind="real text from Debian packages"
-if [ ! -s "$corpus/train-15.jsonl.zst" ]; then
-  sources="$work/sources"
-  mkdir -p "$sources"
-  if (cd "$sources" && apt-get download -qq linux-source-6.1 python3.11-doc perl-doc dict-gcide >/dev/null 2>&1); then
-    say "extracting packages"
-    for deb in "$sources"/*.deb; do dpkg-deb -x "$deb" "$sources/x"; done
-    tarball=$(ls "$sources"/x/usr/src/linux-source-*.tar.xz)
-    tar -xJf "$tarball" -C "$sources/x" --wildcards '*/Documentation/*' '*/kernel/*' '*/mm/*' '*/fs/*' '*/net/core/*' '*/lib/*' '*/include/linux/*'
-    gunzip -rf "$sources/x/usr/share/dictd" 2>/dev/null || true
-    say "assembling a ${target_mb} MB Pile-style corpus"
-    "$venv/bin/python" scripts/bench_corpus.py "$corpus" "$target_mb" "$sources/x" > "$work/corpus.json"
-  else
-    corpus_kind="SYNTHETIC text (apt-get download failed; the numbers are not on real text)"
-    say "$corpus_kind"
-    "$ferry" demo --dir "$work/synthetic" >/dev/null
-    rm -rf "$corpus"; mkdir -p "$corpus"
-    echo '{"synthetic": true}' > "$work/corpus.json"
-    for i in $(seq -w 0 15); do cp "$work/synthetic/corpus/train-0$((10#$i % 4)).jsonl.zst" "$corpus/train-$i.jsonl.zst"; done
-  fi
-fi
+grep -q synthetic "$corpus.json" && corpus_kind="SYNTHETIC text (apt-get download failed; the numbers are not on real text)"
 cat > "$work/pile.toml" <<TOML
 name = "bench-pile-gpt2-1024"
 [splits]

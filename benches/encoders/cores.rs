@@ -28,11 +28,19 @@ pub fn run(files: &[String]) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Writes the Llama-3-structured cl100k tokenizer.json that `run` measures.
-pub fn write_llama3_style(out: Option<&Path>) -> anyhow::Result<()> {
-    let out = out.ok_or_else(|| anyhow::anyhow!("usage: --llama3-tokenizer OUT_JSON"))?;
-    let tokenizer = llama3_style_tokenizer_json(Ranks::Cl100kBase).map_err(anyhow::Error::msg)?;
+/// Writes a Llama-3-structured tokenizer.json on `ranks` with their split pattern:
+/// cl100k's is the one `run` measures, o200k's has GPT-4o's pattern.
+pub fn write_llama3_style(ranks: Ranks, out: Option<&Path>) -> anyhow::Result<()> {
+    let out = out.ok_or_else(|| anyhow::anyhow!("usage: --llama3-tokenizer|--o200k-tokenizer OUT_JSON"))?;
+    let tokenizer = llama3_style_tokenizer_json(ranks).map_err(anyhow::Error::msg)?;
     fs_err::write(out, serde_json::to_vec(&tokenizer)?)?;
+    Ok(())
+}
+
+/// Writes ferry's embedded GPT-2 tokenizer.json.
+pub fn write_gpt2(out: Option<&Path>) -> anyhow::Result<()> {
+    let out = out.ok_or_else(|| anyhow::anyhow!("usage: --gpt2-tokenizer OUT_JSON"))?;
+    fs_err::write(out, builtin_gpt2_json().map_err(anyhow::Error::msg)?)?;
     Ok(())
 }
 

@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# The benchmarks' corpus: about MB megabytes of real text (kernel sources and
+# docs, Python and Perl docs, the GCIDE dictionary, from Debian packages fetched
+# with apt-get download, no install) as 16 Pile-style shards DIR/train-NN.jsonl.zst,
+# described by DIR.json. Without apt it falls back to ferry's synthetic corpus and
+# DIR.json says {"synthetic": true}. Kept when DIR already holds the shards.
+#
+# Usage: bench-corpus.sh DIR MB PYTHON FERRY
+# (PYTHON has zstandard; FERRY is a built ferry, for the fallback.)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+corpus=$1 target_mb=$2 python=$3 ferry=$4
+say() { printf '==> %s\n' "$*" >&2; }
+
+[ -s "$corpus/train-15.jsonl.zst" ] && [ -s "$corpus.json" ] && exit 0
+sources=${BENCH_SOURCES:-$(pwd)/target/bench-sources}
+mkdir -p "$sources"
+if (cd "$sources" && apt-get download -qq linux-source-6.1 python3.11-doc perl-doc dict-gcide >/dev/null 2>&1); then
+  say "extracting packages"
+  rm -rf "$sources/x"
+  for deb in "$sources"/*.deb; do dpkg-deb -x "$deb" "$sources/x"; done
+  tarball=$(ls "$sources"/x/usr/src/linux-source-*.tar.xz)
+  tar -xJf "$tarball" -C "$sources/x" --wildcards '*/Documentation/*' '*/kernel/*' '*/mm/*' '*/fs/*' '*/net/core/*' '*/lib/*' '*/include/linux/*'
+  gunzip -rf "$sources/x/usr/share/dictd" 2>/dev/null || true
+  say "assembling a ${target_mb} MB Pile-style corpus"
+  "$python" scripts/bench_corpus.py "$corpus" "$target_mb" "$sources/x" > "$corpus.json"
+else
+  say "SYNTHETIC text (apt-get download failed; the numbers are not on real text)"
+  synthetic=$(mktemp -d)
+  "$ferry" demo --dir "$synthetic" >/dev/null
+  rm -rf "$corpus"; mkdir -p "$corpus"
+  for i in $(seq -w 0 15); do cp "$synthetic/corpus/train-0$((10#$i % 4)).jsonl.zst" "$corpus/train-$i.jsonl.zst"; done
+  rm -rf "$synthetic"
+  echo '{"synthetic": true}' > "$corpus.json"
+fi

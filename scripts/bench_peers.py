@@ -1,0 +1,211 @@
+"""The Python side of scripts/bench-peers.sh: the tokenizers it measures, gigatoken's
+runs, the exactness check and the report.
+
+  bench_peers.py tokenizers DIR CORPUS_JSONL LLAMA3_JSON
+      writes DIR/{qwen2,spbpe}/tokenizer.json: Qwen2's structure (NFC, its split
+      pattern) on cl100k's ranks, and a SentencePiece-style BPE with Llama-2's
+      structure (Prepend + Replace normalizer, byte fallback, fuse_unk) trained
+      here on the corpus with Python `tokenizers`.
+  bench_peers.py gigatoken TOKENIZER_JSON FILE...
+      gigatoken's encode_files on the files (threads from RAYON_NUM_THREADS), the
+      result kept in memory; prints one JSON line.
+  bench_peers.py gigatoken-core TOKENIZER_JSON TEXT_FILE
+      gigatoken on one thread from memory, on TEXT_FILE cut into documents as
+      benches/encoders.rs --cores cuts it; prints one JSON line.
+  bench_peers.py exact TOKENIZER_JSON ENTRY_DIR FILE...
+      how many documents' ids from ferry's entry and from gigatoken differ from
+      Python `tokenizers`; prints one JSON line.
+  bench_peers.py report RESULTS_JSONL CORES
+"""
+
+import glob
+import json
+import os
+import sys
+import time
+
+DOCUMENT_BYTES = 16 * 1024
+QWEN2_PATTERN = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+
+
+def texts(files):
+    for path in files:
+        with open(path, encoding="utf-8") as f:
+            for line in f:
+                yield json.loads(line)["text"]
+
+
+def write_tokenizers(out, corpus, llama3_json):
+    qwen2 = json.load(open(llama3_json))
+    qwen2["normalizer"] = {"type": "NFC"}
+    qwen2["pre_tokenizer"]["pretokenizers"][0]["pattern"] = {"Regex": QWEN2_PATTERN}
+    os.makedirs(f"{out}/qwen2", exist_ok=True)
+    json.dump(qwen2, open(f"{out}/qwen2/tokenizer.json", "w"))
+
+    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
+
+    specials = ["<unk>", "<s>", "</s>"]
+    byte_tokens = [f"<0x{b:02X}>" for b in range(256)]
+    tokenizer = Tokenizer(models.BPE(unk_token="<unk>", byte_fallback=True, fuse_unk=True))
+    # Trained on Metaspace words (training on whole documents as one word is far too
+    # slow); Llama-2 itself has no pre-tokenizer, which is set below.
+    tokenizer.normalizer = normalizers.Sequence([normalizers.Prepend("▁"), normalizers.Replace(" ", "▁")])
+    tokenizer.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="never")
+    trainer = trainers.BpeTrainer(vocab_size=32000, special_tokens=specials + byte_tokens, show_progress=False)
+    sample = []
+    for text in texts([corpus]):
+        sample.append(text)
+        if sum(map(len, sample)) > 20_000_000:
+            break
+    tokenizer.train_from_iterator(sample, trainer)
+    tokenizer.pre_tokenizer = None
+    tokenizer.decoder = decoders.Sequence(
+        [decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse(), decoders.Strip(" ", 1, 0)]
+    )
+    spbpe = json.loads(tokenizer.to_str())
+    # As in Llama-2, the byte tokens are ordinary vocabulary, not added tokens.
+    spbpe["added_tokens"] = [t for t in spbpe["added_tokens"] if t["content"] in specials]
+    os.makedirs(f"{out}/spbpe", exist_ok=True)
+    json.dump(spbpe, open(f"{out}/spbpe/tokenizer.json", "w"))
+
+
+def run_gigatoken(tokenizer_json, files):
+    import awkward as ak
+    import gigatoken
+
+    tokenizer = gigatoken.Tokenizer(tokenizer_json)
+    started = time.perf_counter()
+    ids = tokenizer.encode_files(gigatoken.JsonlFileSource(files, field="text"))
+    seconds = time.perf_counter() - started
+    tokens = int(ak.sum(ak.num(ids)))
+    print(json.dumps({"seconds": seconds, "tokens": tokens, "documents": len(ids)}))
+
+
+def documents_of(text_file):
+    documents, document = [], []
+    size = 0
+    with open(text_file, encoding="utf-8", errors="replace", newline="") as f:
+        for line in f:
+            document.append(line)
+            size += len(line.encode())
+            if size >= DOCUMENT_BYTES:
+                documents.append("".join(document))
+                document, size = [], 0
+    if document:
+        documents.append("".join(document))
+    return documents
+
+
+def run_gigatoken_core(tokenizer_json, text_file):
+    import gigatoken
+
+    documents = documents_of(text_file)
+    tokenizer = gigatoken.Tokenizer(tokenizer_json)
+    best = None
+    for _ in range(3):
+        started = time.perf_counter()
+        ids = tokenizer.encode_batch(documents, parallel=False)
+        seconds = time.perf_counter() - started
+        best = seconds if best is None else min(best, seconds)
+    tokens = sum(len(row) for row in ids)
+    print(json.dumps({"seconds": best, "tokens": tokens, "tokens_per_second": tokens / best}))
+
+
+def entry_rows(entry):
+    """ferry's rows (pack = "none": one per document), in order, as numpy arrays."""
+    import pyarrow as pa
+
+    for path in sorted(glob.glob(f"{entry}/train/*.arrow")):
+        with pa.memory_map(path) as source:
+            table = pa.ipc.open_stream(source).read_all()
+        column = table.column("input_ids")
+        for chunk in column.chunks:
+            values = chunk.values.to_numpy()
+            offsets = chunk.offsets.to_numpy()
+            for k in range(len(chunk)):
+                yield values[offsets[k] : offsets[k + 1]]
+
+
+def check_exact(tokenizer_json, entry, files):
+    import awkward as ak
+    import gigatoken
+    import numpy as np
+    from tokenizers import Tokenizer
+
+    reference = Tokenizer.from_file(tokenizer_json)
+    giga = ak.to_numpy(ak.flatten(gigatoken.Tokenizer(tokenizer_json).encode_files(gigatoken.JsonlFileSource(files, field="text"))))
+    giga_at = 0
+    rows = entry_rows(entry)
+    documents = ferry_differ = giga_differ = 0
+    batch = []
+
+    def check(batch):
+        nonlocal documents, ferry_differ, giga_differ, giga_at
+        for encoding in reference.encode_batch(batch, add_special_tokens=False):
+            expected = np.asarray(encoding.ids, dtype=np.int64)
+            row = next(rows, None)
+            ferry_differ += row is None or not np.array_equal(np.asarray(row, dtype=np.int64), expected)
+            got = giga[giga_at : giga_at + len(expected)]
+            giga_differ += not np.array_equal(np.asarray(got, dtype=np.int64), expected)
+            giga_at += len(expected)
+            documents += 1
+
+    for text in texts(files):
+        batch.append(text)
+        if len(batch) == 512:
+            check(batch)
+            batch = []
+    check(batch)
+    extra_rows = sum(1 for _ in rows)
+    print(json.dumps({"documents": documents, "ferry_differ": ferry_differ + extra_rows,
+                      "gigatoken_differ": giga_differ, "gigatoken_extra_tokens": len(giga) - giga_at}))
+
+
+def report(results, cores):
+    runs = [json.loads(line) for line in open(results) if line.strip()]
+    families = list(dict.fromkeys(r["family"] for r in runs if "family" in r))
+    print(f"\nferry prepare (pack none, uint32, entry written) against gigatoken encode_files (ids in memory),")
+    print("same plain JSONL, same threads; best of the rounds; tokens/s (higher is better)")
+    print(f"{'tokenizer':10s} {'threads':>7s} {'ferry':>10s} {'gigatoken':>10s}  ferry/gigatoken  encoder")
+    for family in families:
+        for threads in sorted({r["threads"] for r in runs if r.get("family") == family and "threads" in r}):
+            def best(tool):
+                mine = [r for r in runs if r.get("family") == family and r.get("threads") == threads and r["tool"] == tool]
+                return max(mine, key=lambda r: r["tokens"] / r["seconds"], default=None)
+            ferry, giga = best("ferry"), best("gigatoken")
+            if not ferry or not giga:
+                continue
+            ratio = (ferry["tokens"] / ferry["seconds"]) / (giga["tokens"] / giga["seconds"])
+            print(f"{family:10s} {threads:7d} {ferry['tokens'] / ferry['seconds'] / 1e6:8.2f} M {giga['tokens'] / giga['seconds'] / 1e6:8.2f} M"
+                  f"  {ratio:6.2f}x (target >= 1.0x) {'OK' if ratio >= 1 else 'MISSED'}   {ferry.get('encoder', '?')}")
+    for r in runs:
+        if r.get("tool") == "exact":
+            print(f"{r['family']:10s} documents whose ids differ from Python tokenizers: ferry {r['ferry_differ']}/{r['documents']}, "
+                  f"gigatoken {r['gigatoken_differ']}/{r['documents']}")
+    for r in runs:
+        if r.get("tool") == "core":
+            ratio = r["fast_tokens_per_second"] / r["gigatoken_tokens_per_second"]
+            print(f"{r['family']:10s} one thread from memory: ferry's fast core {r['fast_tokens_per_second'] / 1e6:.2f} M tokens/s, "
+                  f"gigatoken {r['gigatoken_tokens_per_second'] / 1e6:.2f} M: {ratio:.2f}x")
+
+
+def main():
+    command, args = sys.argv[1], sys.argv[2:]
+    if command == "tokenizers":
+        write_tokenizers(*args)
+    elif command == "gigatoken":
+        run_gigatoken(args[0], args[1:])
+    elif command == "gigatoken-core":
+        run_gigatoken_core(*args)
+    elif command == "exact":
+        check_exact(args[0], args[1], args[2:])
+    elif command == "report":
+        report(args[0], args[1])
+    else:
+        sys.exit(__doc__)
+
+
+if __name__ == "__main__":
+    main()
