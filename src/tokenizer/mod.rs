@@ -7,6 +7,7 @@ mod bpe;
 mod bytelevel;
 mod fast;
 mod gpt2;
+mod patterns;
 mod pretokenize;
 mod ranks;
 mod recognize;

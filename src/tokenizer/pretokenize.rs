@@ -6,9 +6,6 @@
 
 use super::split_regex::SplitRegex;
 
-/// GPT-2's split, which `ByteLevel` applies itself when `use_regex` is true.
-pub const BYTE_LEVEL_PATTERN: &str = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+";
-
 /// What `Split` does with the parts its pattern matches (`SplitDelimiterBehavior`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Behavior {

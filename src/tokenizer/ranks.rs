@@ -8,9 +8,7 @@ use serde_json::{Map, Value, json};
 
 use super::bytelevel::bytes_to_token;
 use super::gpt2::merges_from_ranks;
-
-/// Llama-3's split pattern (the `cl100k_base` pattern in `tokenizers` syntax).
-pub const LLAMA3_PATTERN: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+use super::patterns::LLAMA3_PATTERN;
 
 /// A tiktoken vocabulary embedded in `tiktoken-rs`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

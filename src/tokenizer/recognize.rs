@@ -10,7 +10,8 @@ use serde_json::{Map, Value};
 use super::added::AddedToken;
 use super::bpe::{BytePairMerger, Merge};
 use super::bytelevel::{byte_to_char, token_to_bytes};
-use super::pretokenize::{BYTE_LEVEL_PATTERN, Behavior, SplitStep};
+use super::patterns::BYTE_LEVEL_PATTERN;
+use super::pretokenize::{Behavior, SplitStep};
 use super::split_regex::SplitRegex;
 
 /// Whether the normalizer is NFC (possibly in a `Sequence`), none, or something else.

@@ -15,12 +15,7 @@
 
 use regex_syntax::hir::{Class, HirKind};
 
-use super::pretokenize::BYTE_LEVEL_PATTERN;
-use super::ranks::LLAMA3_PATTERN;
-
-/// Qwen2's split pattern: Llama-3's with one number a piece.
-pub const QWEN2_PATTERN: &str =
-    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+use super::patterns::{BYTE_LEVEL_PATTERN, LLAMA3_PATTERN, QWEN2_PATTERN};
 
 /// The contractions both families split off, in the patterns' order.
 const CONTRACTIONS: [&str; 7] = ["s", "t", "re", "ve", "m", "ll", "d"];

@@ -150,7 +150,7 @@ fn never_empty(pattern: &str) -> bool {
 mod tests {
     use super::*;
 
-    const LLAMA3: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+    use crate::tokenizer::patterns::LLAMA3_PATTERN as LLAMA3;
 
     fn matches(regex: &SplitRegex, text: &str) -> Vec<(usize, usize)> {
         let mut found = Vec::new();
