@@ -36,6 +36,7 @@ fn main() -> anyhow::Result<()> {
     match args.first().map(String::as_str) {
         Some("--cores") => return cores::run(&args[1..]),
         Some("--llama3-tokenizer") => return cores::write_llama3_style(Ranks::Cl100kBase, args.get(1).map(Path::new)),
+        Some("--long-word") => return cores::long_word(&args[1..]),
         Some("--gpt2-tokenizer") => return cores::write_gpt2(args.get(1).map(Path::new)),
         Some("--o200k-tokenizer") => return cores::write_llama3_style(Ranks::O200kBase, args.get(1).map(Path::new)),
         _ => {}

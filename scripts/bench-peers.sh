@@ -115,6 +115,12 @@ PY
     "$py" -c "import json,sys; r=json.load(sys.stdin); r.update(tool='exact', family='$family'); print(json.dumps(r))" >> "$results"
 done
 
+say "fast core on one 2 MB word of random letters (no quadratic merging)"
+for family in gpt2 llama3 o200k qwen2; do
+  "$bench_bin" --long-word "$tokenizers/$family/tokenizer.json" 2000000 |
+    "$py" -c "import json,sys; r=json.load(sys.stdin); r.update(tool='long_word', family='$family'); print(json.dumps(r))" >> "$results"
+done
+
 say "encoder cores, one thread, from memory: ferry's fast core (benches/encoders.rs --cores), then gigatoken"
 head -c 50000000 "$plain/text.txt" > "$work/core-text.txt"
 "$bench_bin" --cores "$work/core-text.txt" > "$work/cores.jsonl" 2> "$work/cores.log" || say "the encoders bench failed; see $work/cores.log"

@@ -185,6 +185,10 @@ def report(results, cores):
             print(f"{r['family']:10s} documents whose ids differ from Python tokenizers: ferry {r['ferry_differ']}/{r['documents']}, "
                   f"gigatoken {r['gigatoken_differ']}/{r['documents']}")
     for r in runs:
+        if r.get("tool") == "long_word":
+            print(f"{r['family']:10s} one word of {r['bytes'] / 1e6:.0f} MB random letters: {r['seconds']:.2f} s on the fast core "
+                  f"(target < 1 s) {'OK' if r['seconds'] < 1 else 'MISSED'}; ids equal tokenizers': {r['same_as_tokenizers']}")
+    for r in runs:
         if r.get("tool") == "core":
             ratio = r["fast_tokens_per_second"] / r["gigatoken_tokens_per_second"]
             print(f"{r['family']:10s} one thread from memory: ferry's fast core {r['fast_tokens_per_second'] / 1e6:.2f} M tokens/s, "

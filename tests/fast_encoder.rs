@@ -49,6 +49,9 @@ fn documents() -> Vec<String> {
         documents.push(generator.document(set));
     }
     documents.push(documents.concat());
+    // A 1 MB document that is one word: a single pre-token merged as a whole.
+    let letters = (0..1_000_000u64).map(|i| (b'a' + ((i * i * 7919 + i / 3) % 26) as u8) as char);
+    documents.push(letters.collect());
     documents
 }
 

@@ -44,6 +44,33 @@ pub fn write_gpt2(out: Option<&Path>) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// One word of `bytes` pseudo-random ASCII letters, encoded by the fast core
+/// (timed) and by `tokenizers`: merging must not go quadratic on long pieces.
+pub fn long_word(args: &[String]) -> anyhow::Result<()> {
+    let [tokenizer_path, bytes] = args else { anyhow::bail!("usage: --long-word TOKENIZER_JSON BYTES") };
+    let tokenizer: Value = serde_json::from_slice(&fs_err::read(tokenizer_path)?)?;
+    let mut state: u64 = 0x9e37_79b9_7f4a_7c15;
+    let word: String = (0..bytes.parse::<usize>()?)
+        .map(|_| {
+            // xorshift64: reproducible letters without a generator crate in the bench.
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            (b'a' + (state % 26) as u8) as char
+        })
+        .collect();
+    let fast = FastEncoder::for_tokenizer(&tokenizer)?;
+    let started = Instant::now();
+    let ids = fast.encode(&word).unwrap_or_default();
+    let seconds = started.elapsed().as_secs_f64();
+    let reference: tokenizers::Tokenizer = tokenizer.to_string().parse().map_err(anyhow::Error::msg)?;
+    let want = reference.encode_fast(word.as_str(), false).map_err(anyhow::Error::msg)?.get_ids().to_vec();
+    let report =
+        json!({"bytes": word.len(), "seconds": seconds, "tokens": ids.len(), "same_as_tokenizers": ids == want});
+    println!("{report}");
+    Ok(())
+}
+
 fn documents(files: &[String]) -> anyhow::Result<Vec<String>> {
     let mut documents = Vec::new();
     for file in files {
