@@ -115,8 +115,14 @@ pub async fn run(listener: UnixListener, shutdown: impl Future<Output = ()>, dae
             accepted = listener.accept() => match accepted {
                 Ok((stream, _)) => {
                     backoff.succeeded();
+                    // Counted here, in accept order, not in the spawned task: tasks
+                    // start in any order, and a later connection must not take the
+                    // place of one accepted before it.
+                    let Ok(peer) = stream.peer_cred() else { continue };
+                    let peer = (peer.uid(), peer.gid());
+                    let admitted = daemon.admit(peer.0);
                     let daemon = daemon.clone();
-                    tokio::spawn(async move { serve_connection(daemon, stream).await });
+                    tokio::spawn(async move { serve_connection(daemon, stream, peer, admitted).await });
                 }
                 Err(err) => backoff.failed(&err).await,
             },
@@ -124,10 +130,13 @@ pub async fn run(listener: UnixListener, shutdown: impl Future<Output = ()>, dae
     }
 }
 
-async fn serve_connection(daemon: Arc<Daemon>, mut stream: UnixStream) {
-    let Ok(peer) = stream.peer_cred() else { return };
-    let (uid, gid) = (peer.uid(), peer.gid());
-    let Some(_admitted) = daemon.admit(uid) else {
+async fn serve_connection(
+    daemon: Arc<Daemon>,
+    mut stream: UnixStream,
+    (uid, gid): (u32, u32),
+    admitted: Option<Admitted>,
+) {
+    let Some(_admitted) = admitted else {
         daemon.metrics.connections_refused.fetch_add(1, Ordering::Relaxed);
         let limit = daemon.config.limits.connections_per_user;
         let reply = Reply::error(format!("uid {uid} has {limit} connections open, the most allowed; close some"));
