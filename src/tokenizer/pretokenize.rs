@@ -59,10 +59,6 @@ impl PreTokenizer {
         for step in &self.steps {
             next.clear();
             for &(start, end) in out.iter() {
-                if step.behavior == Behavior::Isolated {
-                    isolate(&step.regex, text, (start, end), &mut next);
-                    continue;
-                }
                 find_matches(&step.regex, &text[start..end], step.invert, &mut matches);
                 apply_behavior(step.behavior, &matches, start, &mut next);
             }
@@ -87,33 +83,22 @@ fn find_matches(regex: &SplitRegex, piece: &str, invert: bool, matches: &mut Vec
     }
 }
 
-/// `Isolated`, the common case, straight to the output: every match and every
-/// gap between matches is a part of its own, whatever `invert` says.
-fn isolate(regex: &SplitRegex, text: &str, (start, end): Span, out: &mut Vec<Span>) {
-    let mut previous = start;
-    regex.for_each_match(&text[start..end], &mut |match_start, match_end| {
-        if previous != start + match_start {
-            out.push((previous, start + match_start));
-        }
-        if match_start != match_end {
-            out.push((start + match_start, start + match_end));
-        }
-        previous = start + match_end;
-    });
-    if previous != end {
-        out.push((previous, end));
-    }
-}
-
 /// `NormalizedString::split`: folds the partition by behaviour, then keeps the
 /// non-empty parts not removed, shifted by `base`.
 fn apply_behavior(behavior: Behavior, matches: &[(Span, bool)], base: usize, out: &mut Vec<Span>) {
-    let mut kept: Vec<(Span, bool)> = Vec::with_capacity(matches.len());
     let mut previous_match = false;
-    match behavior {
-        Behavior::Isolated => kept.extend(matches.iter().map(|&(span, _)| (span, false))),
-        Behavior::Removed => kept.extend_from_slice(matches),
+    let kept: Vec<(Span, bool)> = match behavior {
+        Behavior::Isolated | Behavior::Removed => {
+            // No fold: each part stays as it is (`Removed` drops the matches), so
+            // straight to the output without a buffer. `Isolated` is the
+            // byte-level families' behaviour, the hot path.
+            let parts = matches.iter().filter(|&&(_, removed)| behavior == Behavior::Isolated || !removed);
+            let parts = parts.map(|&(span, _)| span).filter(|&(start, end)| start != end);
+            out.extend(parts.map(|(start, end)| (base + start, base + end)));
+            return;
+        }
         Behavior::Contiguous | Behavior::MergedWithPrevious => {
+            let mut kept: Vec<(Span, bool)> = Vec::with_capacity(matches.len());
             for &(span, is_match) in matches {
                 let joins = if behavior == Behavior::Contiguous {
                     is_match == previous_match
@@ -126,8 +111,10 @@ fn apply_behavior(behavior: Behavior, matches: &[(Span, bool)], base: usize, out
                 }
                 previous_match = is_match;
             }
+            kept
         }
         Behavior::MergedWithNext => {
+            let mut kept: Vec<(Span, bool)> = Vec::with_capacity(matches.len());
             for &(span, is_match) in matches.iter().rev() {
                 match kept.last_mut() {
                     Some(((start, _), _)) if is_match && !previous_match => *start = span.0,
@@ -136,12 +123,12 @@ fn apply_behavior(behavior: Behavior, matches: &[(Span, bool)], base: usize, out
                 previous_match = is_match;
             }
             kept.reverse();
+            kept
         }
-    }
+    };
+    // Folded parts are never removed.
     out.extend(
-        kept.into_iter()
-            .filter(|&((start, end), removed)| !removed && start != end)
-            .map(|((start, end), _)| (base + start, base + end)),
+        kept.into_iter().map(|((start, end), _)| (base + start, base + end)).filter(|(start, end)| start != end),
     );
 }
 

@@ -97,11 +97,11 @@ impl Scanner {
         {
             return end;
         }
-        let next = self.classes.get(text, at + len).map(|(_, class, _)| class);
         // `[^\r\n\p{L}\p{N}]?\p{L}+`
         if class == CharClass::Letter {
             return self.classes.run_end(text, at + len, CharClass::Letter);
         }
+        let next = self.classes.get(text, at + len).map(|(_, class, _)| class);
         if class != CharClass::Number && c != '\r' && c != '\n' && next == Some(CharClass::Letter) {
             return self.classes.run_end(text, at + len, CharClass::Letter);
         }
