@@ -9,7 +9,8 @@ use rayon::prelude::*;
 use crate::cache::manifest::InputFile;
 use crate::cache::memo::memoized_hash;
 use crate::errors::{Failure, Fault};
-use crate::spec::Spec;
+use crate::hub::{HubError, HubRepo, RepoType};
+use crate::spec::{Globs, Spec};
 
 #[derive(Debug, thiserror::Error)]
 pub enum InputError {
@@ -23,6 +24,8 @@ pub enum InputError {
     Unreadable { path: PathBuf, source: std::io::Error },
     #[error("input {path} changed while it was being hashed; run again once it is stable")]
     Changed { path: PathBuf },
+    #[error(transparent)]
+    Hub(#[from] HubError),
 }
 
 /// The inputs of one split, in order.
@@ -37,23 +40,16 @@ pub struct SplitInputs {
 pub fn resolve(spec: &Spec) -> Result<Vec<SplitInputs>, InputError> {
     let mut splits = Vec::new();
     for (name, globs) in &spec.splits {
+        let hub = match globs {
+            Globs::Hub(files) => Some(HubRepo::new(&files.hub, files.revision.as_deref(), RepoType::Dataset)?),
+            Globs::One(_) | Globs::Many(_) => None,
+        };
         let mut files: Vec<PathBuf> = Vec::new();
         for pattern in globs.patterns() {
-            let resolved = spec.resolve(Path::new(pattern));
-            let bad_glob =
-                |message: String| InputError::BadGlob { split: name.clone(), pattern: pattern.clone(), message };
-            let mut matches: Vec<PathBuf> = glob::glob(&resolved.to_string_lossy())
-                .map_err(|err| bad_glob(err.to_string()))?
-                .collect::<Result<Vec<_>, _>>()
-                .map_err(|err| bad_glob(err.to_string()))?
-                .into_iter()
-                // Directories are skipped; anything else (a dangling link too) must be readable.
-                .filter(|path| !path.is_dir())
-                .collect();
-            if matches.is_empty() {
-                return Err(InputError::NoMatch { split: name.clone(), pattern: pattern.clone() });
-            }
-            matches.sort();
+            let matches = match &hub {
+                Some(repo) => repo.files_matching(pattern)?,
+                None => matching_files(spec, name, pattern)?,
+            };
             for path in matches {
                 if !files.contains(&path) {
                     files.push(path);
@@ -64,6 +60,25 @@ pub fn resolve(spec: &Spec) -> Result<Vec<SplitInputs>, InputError> {
         splits.push(SplitInputs { name: name.clone(), files });
     }
     Ok(splits)
+}
+
+/// The files a glob of `split` matches on the file system, sorted; none is an error.
+fn matching_files(spec: &Spec, split: &str, pattern: &str) -> Result<Vec<PathBuf>, InputError> {
+    let resolved = spec.resolve(Path::new(pattern));
+    let bad_glob = |message: String| InputError::BadGlob { split: split.into(), pattern: pattern.into(), message };
+    let mut matches: Vec<PathBuf> = glob::glob(&resolved.to_string_lossy())
+        .map_err(|err| bad_glob(err.to_string()))?
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|err| bad_glob(err.to_string()))?
+        .into_iter()
+        // Directories are skipped; anything else (a dangling link too) must be readable.
+        .filter(|path| !path.is_dir())
+        .collect();
+    if matches.is_empty() {
+        return Err(InputError::NoMatch { split: split.into(), pattern: pattern.into() });
+    }
+    matches.sort();
+    Ok(matches)
 }
 
 /// Content hashes of every input, in order, through the memo: inputs whose
@@ -123,7 +138,10 @@ fn hash_file(file: &InputFile) -> Result<blake3::Hash, InputError> {
 
 impl Failure for InputError {
     fn fault(&self) -> Fault {
-        Fault::Cause
+        match self {
+            InputError::Hub(hub) => hub.fault(),
+            _ => Fault::Cause,
+        }
     }
 }
 

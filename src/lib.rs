@@ -16,7 +16,8 @@
 //!   written), `writer` (Arrow + `datasets` files), `manifest` (an entry's record: its files,
 //!   inputs, encoder), `build_progress`, `staging` (a destination's state files), `lease`,
 //!   `formats` (Megatron indexed datasets and flat token files beside the Arrow files).
-//! - `inputs`: split globs to input files; their content hashes through the memo.
+//! - `hub`: files of model and dataset repos in the local Hugging Face hub cache, offline.
+//! - `inputs`: split globs (or hub files) to input files; their content hashes through the memo.
 //! - `source`: streaming readers for JSON lines (plain, zstd, gzip) and Parquet.
 //! - `tokenizer`: tokenizer loading, the guarded fast byte-level BPE encoder (added tokens, NFC,
 //!   split regexes, merges with a per-thread cache), BOS/EOS rules.
@@ -46,6 +47,7 @@ pub mod errors;
 pub mod fingerprint;
 pub mod fsutil;
 pub mod gc;
+pub mod hub;
 pub mod inputs;
 pub mod pack;
 pub mod prepare;

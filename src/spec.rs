@@ -41,12 +41,24 @@ pub struct Spec {
     pub base_dir: PathBuf,
 }
 
-/// One glob or a list of globs.
+/// One glob or a list of globs, on the file system or in a hub dataset repo.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(untagged)]
 pub enum Globs {
     One(String),
     Many(Vec<String>),
+    /// `{ hub = "ORG/NAME", files = ["sample/*.parquet"], revision = "main" }`: files of a
+    /// dataset repo in the local Hugging Face hub cache.
+    Hub(HubFiles),
+}
+
+/// Files of a dataset repo in the local hub cache; `files` are globs inside the repo.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HubFiles {
+    pub hub: String,
+    pub files: Vec<String>,
+    pub revision: Option<String>,
 }
 
 impl Globs {
@@ -54,6 +66,7 @@ impl Globs {
         match self {
             Globs::One(one) => std::slice::from_ref(one),
             Globs::Many(many) => many,
+            Globs::Hub(hub) => &hub.files,
         }
     }
 }
@@ -127,6 +140,11 @@ pub struct TokenizerSpec {
     pub merges: Option<PathBuf>,
     /// A tokenizer embedded in the binary: `"gpt2"`.
     pub builtin: Option<String>,
+    /// A model repo in the local Hugging Face hub cache, `"ORG/NAME"`: its
+    /// `tokenizer.json`, or else its `vocab.json` + `merges.txt`.
+    pub hub: Option<String>,
+    /// The hub revision: a branch or tag under `refs/`, or a commit; `main` when not given.
+    pub revision: Option<String>,
     #[serde(default)]
     pub add_special_tokens: bool,
     /// Add BOS/EOS only where the tokenizer does not already (epochraft semantics).
@@ -265,12 +283,16 @@ impl Spec {
                 return Err(format!("split {split:?} lists no input globs"));
             }
         }
-        let sources = [self.tokenizer.path.is_some(), self.tokenizer.vocab.is_some(), self.tokenizer.builtin.is_some()];
+        let tokenizer = &self.tokenizer;
+        let sources =
+            [tokenizer.path.is_some(), tokenizer.vocab.is_some(), tokenizer.builtin.is_some(), tokenizer.hub.is_some()];
         if sources.iter().filter(|s| **s).count() != 1 {
-            return Err(
-                "[tokenizer] needs exactly one of path = \"tokenizer.json\", vocab + merges, or builtin = \"gpt2\""
-                    .into(),
-            );
+            return Err("[tokenizer] needs exactly one of path = \"tokenizer.json\", vocab + merges, \
+                 hub = \"ORG/NAME\", or builtin = \"gpt2\""
+                .into());
+        }
+        if tokenizer.revision.is_some() && tokenizer.hub.is_none() {
+            return Err("[tokenizer] revision goes with hub = \"ORG/NAME\"".into());
         }
         if self.tokenizer.vocab.is_some() != self.tokenizer.merges.is_some() {
             return Err("[tokenizer] vocab and merges go together".into());

@@ -41,6 +41,7 @@ fn fault_of(cause: &(dyn Error + 'static)) -> Option<Fault> {
         crate::cache::writer::WriteError,
         crate::daemon::DaemonError,
         crate::gc::GcError,
+        crate::hub::HubError,
         crate::inputs::InputError,
         crate::prepare::PrepareError,
         crate::prepare::ShardError,

@@ -21,6 +21,7 @@ use serde_json::Value;
 use crate::cache::manifest::EncoderKind;
 use crate::cache::memo::memoized_hash;
 use crate::errors::{Failure, Fault};
+use crate::hub::{HubError, HubRepo, RepoType};
 use crate::spec::Spec;
 pub use fast::{FastEncoder, Unsupported};
 pub use gpt2::builtin_tokenizer_json as builtin_gpt2_json;
@@ -34,6 +35,8 @@ pub enum TokenizerError {
     Load { source_name: String, message: String },
     #[error("unknown builtin tokenizer {0:?}; the embedded one is \"gpt2\"")]
     UnknownBuiltin(String),
+    #[error(transparent)]
+    Hub(#[from] HubError),
     #[error(
         "tokenizer {source_name} has {vocab_size} tokens, more than output.token_type = \"{token_type}\" holds; use \"int32\" or \"uint32\""
     )]
@@ -59,7 +62,7 @@ fn tokenizer_text(spec: &Spec) -> Result<(String, String), TokenizerError> {
             .map_err(|message| TokenizerError::Load { source_name: "builtin gpt2".into(), message })?;
         return Ok(("builtin gpt2".into(), json.to_string()));
     }
-    match tokenizer_files(spec) {
+    match tokenizer_files(spec)? {
         TokenizerFiles::VocabMerges(vocab, merges) => {
             let source_name = format!("{} + {}", vocab.display(), merges.display());
             let json = gpt2::tokenizer_json_from_files(&vocab, &merges)
@@ -83,11 +86,26 @@ enum TokenizerFiles {
     Json(PathBuf),
 }
 
-fn tokenizer_files(spec: &Spec) -> TokenizerFiles {
+fn tokenizer_files(spec: &Spec) -> Result<TokenizerFiles, TokenizerError> {
     let tokenizer = &spec.tokenizer;
-    match (&tokenizer.vocab, &tokenizer.merges) {
+    if let Some(repo) = &tokenizer.hub {
+        return hub_tokenizer_files(&HubRepo::new(repo, tokenizer.revision.as_deref(), RepoType::Model)?);
+    }
+    Ok(match (&tokenizer.vocab, &tokenizer.merges) {
         (Some(vocab), Some(merges)) => TokenizerFiles::VocabMerges(spec.resolve(vocab), spec.resolve(merges)),
         _ => TokenizerFiles::Json(spec.resolve(tokenizer.path.as_deref().unwrap_or(Path::new("tokenizer.json")))),
+    })
+}
+
+/// A hub model's `tokenizer.json`, or else its `vocab.json` + `merges.txt` (models
+/// such as GPT-2's first uploads ship only those).
+fn hub_tokenizer_files(repo: &HubRepo) -> Result<TokenizerFiles, TokenizerError> {
+    if let Some(json) = repo.file("tokenizer.json") {
+        return Ok(TokenizerFiles::Json(json));
+    }
+    match (repo.file("vocab.json"), repo.file("merges.txt")) {
+        (Some(vocab), Some(merges)) => Ok(TokenizerFiles::VocabMerges(vocab, merges)),
+        _ => Err(repo.not_cached("tokenizer.json (or vocab.json + merges.txt)", " tokenizer.json").into()),
     }
 }
 
@@ -129,7 +147,7 @@ pub fn identity(spec: &Spec, memo_dir: &Path) -> Result<blake3::Hash, TokenizerE
 /// be read: loading it will say why). The canonical form is what this build's
 /// `tokenizers` writes, so the key includes ferry's version.
 fn identity_memo_key(spec: &Spec) -> Option<String> {
-    let files = match tokenizer_files(spec) {
+    let files = match tokenizer_files(spec).ok()? {
         TokenizerFiles::VocabMerges(vocab, merges) => vec![vocab, merges],
         TokenizerFiles::Json(path) => vec![path],
     };
@@ -299,7 +317,10 @@ fn bos_eos_to_add(spec: &Spec, source_name: &str, reference: &tokenizers::Tokeni
 
 impl Failure for TokenizerError {
     fn fault(&self) -> Fault {
-        Fault::Cause
+        match self {
+            TokenizerError::Hub(hub) => hub.fault(),
+            _ => Fault::Cause,
+        }
     }
 }
 
