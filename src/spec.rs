@@ -279,6 +279,9 @@ impl Spec {
         }
         for (split, globs) in &self.splits {
             check_component("split name", split)?;
+            if RESERVED_ENTRY_NAMES.contains(&split.as_str()) {
+                return Err(format!("split name {split:?} is taken by a file or folder of the entry; choose another"));
+            }
             if globs.patterns().is_empty() {
                 return Err(format!("split {split:?} lists no input globs"));
             }
@@ -361,6 +364,10 @@ impl Spec {
         canonical
     }
 }
+
+/// What an entry holds beside its split folders: a split may not be named so.
+const RESERVED_ENTRY_NAMES: &[&str] =
+    &["dataset_dict.json", "manifest.json", "tokenizer.json", "tokenizer_config.json", "megatron", "flat"];
 
 /// Names become path components: keep them to a safe alphabet.
 fn check_component(what: &str, value: &str) -> Result<(), String> {
@@ -506,6 +513,12 @@ builtin = "gpt2"
         assert_eq!(spec.output.target_shard_bytes, 64 << 20);
         let err = parse(&format!("{MINIMAL}\n[output]\ntarget_shard_bytes = \"lots\"\n")).unwrap_err();
         assert!(err.to_string().contains("invalid size"), "{err}");
+    }
+
+    #[test]
+    fn split_names_cannot_take_the_entry_files_names() {
+        let err = parse("name='a'\n[splits]\n'tokenizer.json'='x'\n[tokenizer]\nbuiltin='gpt2'\n").unwrap_err();
+        assert!(err.to_string().contains("taken by a file or folder of the entry"), "{err}");
     }
 
     #[test]

@@ -25,7 +25,7 @@ use crate::fsutil::{self, untrusted};
 use crate::inputs::{self, ContentHashMemo, InputError, SplitInputs};
 use crate::progress::{self, ProgressMode, Reporter};
 use crate::source::Selector;
-use crate::spec::{Spec, SpecError};
+use crate::spec::{PackMode, Spec, SpecError};
 use crate::ticker::Ticker;
 use crate::tokenizer::{self, Encoders, TokenizerError};
 use claims::Claims;
@@ -162,8 +162,12 @@ pub fn prepare(spec: &Spec, cache: &CacheLayout, options: &PrepareOptions) -> Re
     let publish_started = Instant::now();
     let by_split = record::group(&located, records)?;
     let columns = Columns::new(spec.output.token_type, &spec.sequence);
+    let max_length = (spec.sequence.pack != PackMode::None).then_some(spec.sequence.seq_len);
+    let tokenizer_files = encoders
+        .files_for_readers(max_length)
+        .map_err(|message| TokenizerError::Load { source_name: encoders.source_name.clone(), message })?;
     let publish::Assembly { entry: assembly, data_files, files } =
-        publish::assemble(&build, &by_split.records, &columns, &spec.output.formats, &short)?;
+        publish::assemble(&build, &by_split.records, &columns, &spec.output.formats, &short, &tokenizer_files)?;
     let build_record = BuildRecord {
         host: fsutil::whoami().host.clone(),
         pid: fsutil::whoami().pid,

@@ -26,13 +26,14 @@ pub struct Assembly {
 
 /// Lays out the entry in a private assembly directory: part files hard-linked
 /// under their `datasets` names (the parts stay valid for a resumed build), split
-/// metadata, `dataset_dict.json`.
+/// metadata, `dataset_dict.json`, and `root_files` (the tokenizer's, for readers).
 pub fn assemble(
     build: &BuildLayout,
     records: &BTreeMap<String, Vec<ShardRecord>>,
     columns: &Columns,
     formats: &Formats,
     short_fingerprint: &str,
+    root_files: &[(&str, String)],
 ) -> Result<Assembly, PrepareError> {
     let assembly = build.assembly(&fsutil::host_name(), std::process::id());
     untrusted::remove_tree_below(build.root(), Path::new(assembly_name(&assembly)))
@@ -88,6 +89,11 @@ pub fn assemble(
     fsutil::write_json_atomic(&dataset_dict, &serde_json::json!({"splits": splits}))
         .map_err(IoError::at("writing", &dataset_dict))?;
     files.push(hash_small_file(assembly.root(), "dataset_dict.json")?);
+    for (name, contents) in root_files {
+        let path = assembly.root().join(name);
+        fsutil::write_atomic(&path, contents.as_bytes()).map_err(IoError::at("writing", &path))?;
+        files.push(hash_small_file(assembly.root(), name)?);
+    }
     Ok(Assembly { entry: assembly, data_files, files })
 }
 

@@ -6,6 +6,7 @@ mod added;
 mod bpe;
 mod bytelevel;
 mod fast;
+mod for_readers;
 mod gpt2;
 mod patterns;
 mod pretokenize;
@@ -24,6 +25,7 @@ use crate::errors::{Failure, Fault};
 use crate::hub::{HubError, HubRepo, RepoType};
 use crate::spec::Spec;
 pub use fast::{FastEncoder, Unsupported};
+use for_readers::SpecialTokens;
 pub use gpt2::builtin_tokenizer_json as builtin_gpt2_json;
 pub use ranks::{Ranks, llama3_style_tokenizer_json};
 
@@ -179,6 +181,7 @@ pub struct Encoders {
     add_special_tokens: bool,
     pub bos_eos: BosEos,
     pub vocab_size: u64,
+    special: SpecialTokens,
 }
 
 impl Encoders {
@@ -211,7 +214,23 @@ impl Encoders {
                 Err(Unsupported(reason)) => (None, Some(reason)),
             }
         };
-        Ok(Encoders { source_name, reference, fast, fast_unavailable, add_special_tokens, bos_eos, vocab_size })
+        let special = special_tokens(spec, &reference);
+        Ok(Encoders {
+            source_name,
+            reference,
+            fast,
+            fast_unavailable,
+            add_special_tokens,
+            bos_eos,
+            vocab_size,
+            special,
+        })
+    }
+
+    /// The files an entry carries so that `transformers` and `tokenizers` load its
+    /// tokenizer offline from the staged copy (see `for_readers`).
+    pub fn files_for_readers(&self, model_max_length: Option<usize>) -> Result<Vec<(&'static str, String)>, String> {
+        for_readers::files(&self.reference, &self.special, model_max_length)
     }
 
     pub fn fast_available(&self) -> bool {
@@ -277,6 +296,25 @@ impl Failure for EncodeError {
 
 const PROBE_TEXT: &str = "Hello world!";
 
+/// BOS and EOS tokens of the tokenizer families in use, tried in order when the spec
+/// does not name them.
+const BOS_CANDIDATES: &[&str] = &["<s>", "<bos>", "<|begin_of_text|>", "<|endoftext|>", "[CLS]"];
+const EOS_CANDIDATES: &[&str] = &["</s>", "<eos>", "<|end_of_text|>", "<|endoftext|>", "[SEP]"];
+
+/// The BOS and EOS tokens' text, for readers of the entry: as the spec names them, else
+/// the first candidate the vocabulary holds.
+fn special_tokens(spec: &Spec, reference: &tokenizers::Tokenizer) -> SpecialTokens {
+    let vocab = reference.get_vocab(true);
+    let pick = |configured: &Option<String>, candidates: &[&str]| match configured {
+        Some(token) => vocab.contains_key(token).then(|| token.clone()),
+        None => candidates.iter().find(|candidate| vocab.contains_key(**candidate)).map(|c| c.to_string()),
+    };
+    SpecialTokens {
+        bos: pick(&spec.tokenizer.bos_token, BOS_CANDIDATES),
+        eos: pick(&spec.tokenizer.eos_token, EOS_CANDIDATES),
+    }
+}
+
 /// Epochraft's `ensure_bos_eos`: find what the tokenizer already adds to a probe
 /// text, then add only what is missing; when BOS and EOS are the same token
 /// (GPT-2, GPT-NeoX) one is enough, and it is appended.
@@ -295,10 +333,8 @@ fn bos_eos_to_add(spec: &Spec, source_name: &str, reference: &tokenizers::Tokeni
             None => Ok(candidates.iter().find_map(|c| vocab.get(*c).copied())),
         }
     };
-    let bos =
-        find("bos_token", &spec.tokenizer.bos_token, &["<s>", "<bos>", "<|begin_of_text|>", "<|endoftext|>", "[CLS]"])?;
-    let eos =
-        find("eos_token", &spec.tokenizer.eos_token, &["</s>", "<eos>", "<|end_of_text|>", "<|endoftext|>", "[SEP]"])?;
+    let bos = find("bos_token", &spec.tokenizer.bos_token, BOS_CANDIDATES)?;
+    let eos = find("eos_token", &spec.tokenizer.eos_token, EOS_CANDIDATES)?;
     let (Some(bos), Some(eos)) = (bos, eos) else {
         return Err(TokenizerError::UnknownBosEos { source_name: source_name.to_string() });
     };
