@@ -9,7 +9,8 @@
 #   - cargo-fuzz (crates.io), for scripts/fuzz.sh on the nightly toolchain;
 #   - as root: Slurm and munge from Debian packages (for the end-to-end test and,
 #     with iproute2, a three-node cluster in network namespaces for the multi-node
-#     tests), rsync, and systemd (for `systemd-analyze verify`).
+#     tests), rsync, systemd (for `systemd-analyze verify`), and zsh and fish (to
+#     load ferry's completions in them).
 # What it cannot install is skipped with a message saying so.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -106,6 +107,8 @@ if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
   command -v munged >/dev/null || missing+=(munge)
   command -v systemd-analyze >/dev/null || missing+=(systemd)
   command -v ip >/dev/null || missing+=(iproute2)
+  command -v zsh >/dev/null || missing+=(zsh)
+  command -v fish >/dev/null || missing+=(fish)
   if [ ${#missing[@]} -gt 0 ]; then
     say "installing ${missing[*]} (Debian packages)"
     (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}") >/dev/null 2>&1 \

@@ -126,6 +126,16 @@ pub enum Command {
         #[arg(long, default_value = "ferry-demo")]
         dir: PathBuf,
     },
+    /// Print the completion script for SHELL, e.g. `source <(ferry completions bash)`.
+    Completions {
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Print the man page (roff): `ferry manpage > ferry.1; man -l ferry.1`.
+    Manpage {
+        /// A subcommand's page instead (`ferry-COMMAND.1`), e.g. `prepare`.
+        command: Option<String>,
+    },
 }
 
 #[derive(Debug, Args)]

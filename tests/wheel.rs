@@ -126,6 +126,17 @@ fn wheel_installs_offline_and_its_ferry_loads_the_demo_entry() {
     assert_eq!(output, format!("{}\n0\n", venv.bin().join("ferry").display()));
     let found = run_ok(venv.command("sh").args(["-c", "command -v ferry"]));
     assert_eq!(found.trim(), venv.bin().join("ferry").display().to_string());
+    // The man page and completions land where pip puts data files, as the binary makes them.
+    for (installed, args) in [
+        ("share/man/man1/ferry.1", &["manpage"][..]),
+        ("share/bash-completion/completions/ferry", &["completions", "bash"]),
+        ("share/zsh/site-functions/_ferry", &["completions", "zsh"]),
+        ("share/fish/vendor_completions.d/ferry.fish", &["completions", "fish"]),
+    ] {
+        let file =
+            std::fs::read_to_string(venv.root.join(installed)).unwrap_or_else(|err| panic!("{installed}: {err}"));
+        assert_eq!(file, run_ok(venv.command("ferry").args(args)), "{installed} differs from ferry {args:?}");
+    }
 
     let demo = env.path("demo");
     run_ok(venv.command("ferry").arg("demo").arg("--dir").arg(&demo).current_dir(env.dir.path()));

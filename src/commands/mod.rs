@@ -16,6 +16,7 @@ mod demo;
 mod exit;
 mod gc;
 mod prepare;
+mod shell;
 mod stage;
 mod status;
 mod verify;
@@ -32,6 +33,12 @@ use crate::progress::ProgressMode;
 use crate::settings::Settings;
 
 pub fn run(cli: Cli) -> anyhow::Result<()> {
+    // Generated from the parser alone: they work whatever the site configuration says.
+    match cli.command {
+        Command::Completions { shell: target } => return shell::completions(target),
+        Command::Manpage { command } => return shell::manpage(command.as_deref()),
+        _ => {}
+    }
     let settings = Settings::load()?;
     let progress = match cli.quiet {
         true => ProgressMode::Hidden,
@@ -77,6 +84,8 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Daemon(args) => daemon::serve(&settings, cache_layout(args.cache.cache.clone()), args),
         Command::Request { json, socket } => daemon::request(&settings, &json, socket),
         Command::Demo { dir } => demo::run(&dir, settings.jobs(None).value, progress),
+        Command::Completions { shell: target } => shell::completions(target),
+        Command::Manpage { command } => shell::manpage(command.as_deref()),
     }
 }
 
