@@ -106,6 +106,22 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Show what an entry holds: counts, document lengths, tokens per source, and its first rows decoded.
+    Inspect {
+        /// The entry: a name (as in `by-name/`) or a fingerprint prefix.
+        entry: String,
+        /// The split whose rows are shown [default: train, else the first]
+        #[arg(long)]
+        split: Option<String>,
+        /// How many rows to decode.
+        #[arg(long, default_value_t = 2, value_name = "N")]
+        rows: usize,
+        #[command(flatten)]
+        cache: CacheArgs,
+        /// Print JSON: the counts, the histograms and the rows' ids and text.
+        #[arg(long)]
+        json: bool,
+    },
     /// Run the per-node agent: status and stage requests over a Unix socket, optional metrics.
     Daemon(DaemonArgs),
     /// Send one request (a JSON object, see the README) to the node's daemon and print its reply.

@@ -49,6 +49,7 @@ pub mod fsutil;
 pub mod gc;
 pub mod hub;
 pub mod inputs;
+pub mod inspect;
 pub mod pack;
 pub mod prepare;
 pub mod progress;

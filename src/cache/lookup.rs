@@ -32,7 +32,11 @@ impl Failure for LookupError {
 pub fn find_entry(cache: &CacheLayout, prefix: &str) -> Result<Manifest, LookupError> {
     let prefix = prefix.to_ascii_lowercase();
     let entries_dir = cache.entries_dir();
-    let entries = std::fs::read_dir(&entries_dir).map_err(IoError::at("listing the entries of", &entries_dir))?;
+    let no_entry = || LookupError::NoEntry { prefix: prefix.clone(), cache: cache.root().display().to_string() };
+    let entries = match std::fs::read_dir(&entries_dir) {
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Err(no_entry()),
+        listing => listing.map_err(IoError::at("listing the entries of", &entries_dir))?,
+    };
     let mut matches: Vec<String> = entries
         .flatten()
         .map(|e| e.file_name().to_string_lossy().into_owned())
@@ -44,7 +48,7 @@ pub fn find_entry(cache: &CacheLayout, prefix: &str) -> Result<Manifest, LookupE
     matches.sort();
     match matches.as_slice() {
         [one] => Ok(Manifest::load_entry(cache.entry(one).root())?),
-        [] => Err(LookupError::NoEntry { prefix, cache: cache.root().display().to_string() }),
+        [] => Err(no_entry()),
         _ => Err(LookupError::Ambiguous { prefix, matches }),
     }
 }

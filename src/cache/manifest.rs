@@ -131,6 +131,27 @@ pub struct Counts {
     /// Tokens cut off long documents (truncate).
     pub truncated_tokens: u64,
     pub input_bytes: u64,
+    /// Documents by length in tokens, BOS/EOS included, before packing: entry `i`
+    /// counts lengths in `2^(i-1) ..< 2^i` (entry 0: empty documents). See `length_bucket`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub document_lengths: Vec<u64>,
+    /// Tokens of the documents from each source (the value of the spec's first field
+    /// filter, e.g. `meta.pile_set_name`), before packing; empty without a field filter.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub tokens_by_source: BTreeMap<String, u64>,
+}
+
+/// The histogram bucket of a document of `tokens` tokens (see `Counts::document_lengths`).
+pub fn length_bucket(tokens: u64) -> usize {
+    (u64::BITS - tokens.leading_zeros()) as usize
+}
+
+/// The lengths bucket `index` holds: `from ..< to` tokens.
+pub fn length_bucket_range(index: usize) -> (u64, u64) {
+    match index {
+        0 => (0, 1),
+        _ => (1 << (index - 1), 1 << index.min(63)),
+    }
 }
 
 impl Counts {
@@ -145,6 +166,27 @@ impl Counts {
         self.remainder_tokens += other.remainder_tokens;
         self.truncated_tokens += other.truncated_tokens;
         self.input_bytes += other.input_bytes;
+        if self.document_lengths.len() < other.document_lengths.len() {
+            self.document_lengths.resize(other.document_lengths.len(), 0);
+        }
+        for (bucket, n) in other.document_lengths.iter().enumerate() {
+            self.document_lengths[bucket] += n;
+        }
+        for (source, tokens) in &other.tokens_by_source {
+            *self.tokens_by_source.entry(source.clone()).or_default() += tokens;
+        }
+    }
+
+    /// Counts one document of `tokens` tokens from `source`.
+    pub fn add_document(&mut self, tokens: u64, source: Option<&str>) {
+        let bucket = length_bucket(tokens);
+        if self.document_lengths.len() <= bucket {
+            self.document_lengths.resize(bucket + 1, 0);
+        }
+        self.document_lengths[bucket] += 1;
+        if let Some(source) = source {
+            *self.tokens_by_source.entry(source.to_string()).or_default() += tokens;
+        }
     }
 
     pub fn skipped_total(&self) -> u64 {

@@ -42,6 +42,7 @@ fn fault_of(cause: &(dyn Error + 'static)) -> Option<Fault> {
         crate::daemon::DaemonError,
         crate::gc::GcError,
         crate::hub::HubError,
+        crate::inspect::InspectError,
         crate::inputs::InputError,
         crate::prepare::PrepareError,
         crate::prepare::ShardError,

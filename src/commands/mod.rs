@@ -15,6 +15,7 @@ mod daemon;
 mod demo;
 mod exit;
 mod gc;
+mod inspect;
 mod prepare;
 mod shell;
 mod stage;
@@ -79,6 +80,9 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Verify { fingerprint, all, dest, cache, json } => {
             verify::run(&cache_layout(cache.cache), fingerprint.as_deref(), all, dest.as_deref(), json)
+        }
+        Command::Inspect { entry, split, rows, cache, json } => {
+            inspect::run(&cache_layout(cache.cache), &entry, split.as_deref(), rows, json)
         }
         Command::Config { json } => config::run(&settings, json),
         Command::Daemon(args) => daemon::serve(&settings, cache_layout(args.cache.cache.clone()), args),

@@ -45,6 +45,7 @@ pub(super) fn tokenize(context: &ShardContext, task: &ShardTask, kind: EncoderKi
         tokens: written.files.iter().map(|f| f.tokens).sum(),
         remainder_tokens: written.stats.remainder_tokens,
         truncated_tokens: written.stats.truncated_tokens,
+        ..written.documents
     };
     let (files, format_files) = (written.files, written.formats);
     let record = ShardRecord {
@@ -65,16 +66,22 @@ pub(super) fn tokenize(context: &ShardContext, task: &ShardTask, kind: EncoderKi
     Ok(record)
 }
 
+/// A batch's documents as ids (BOS/EOS included), with each one's source.
+struct EncodedBatch {
+    ids: Vec<Vec<u32>>,
+    sources: Vec<Option<String>>,
+}
+
 /// Encodes documents in parallel (order kept), checking sampled documents
 /// against the reference encoder when the fast one is used.
 fn encode_batch(
     context: &ShardContext,
     path: &std::path::Path,
-    batch: &[Document],
+    batch: &mut [Document],
     first_index: u64,
     kind: EncoderKind,
-) -> Result<Vec<Vec<u32>>, ShardError> {
-    batch
+) -> Result<EncodedBatch, ShardError> {
+    let ids = batch
         .par_iter()
         .enumerate()
         .map(|(offset, document)| {
@@ -89,13 +96,14 @@ fn encode_batch(
             }
             Ok(context.encoders.with_bos_eos(ids))
         })
-        .collect()
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(EncodedBatch { ids, sources: batch.iter_mut().map(|document| document.source.take()).collect() })
 }
 
 /// A batch's encoded documents (or why there are none), in input order.
 struct Encoded<'a> {
     sequence: u64,
-    result: Result<Vec<Vec<u32>>, ShardError>,
+    result: Result<EncodedBatch, ShardError>,
     _slot: Option<Slot<'a>>,
 }
 
@@ -110,6 +118,8 @@ pub(super) struct ReadTotals {
 /// What writing the shard produced.
 pub(super) struct Written {
     pub stats: PackStats,
+    /// Document lengths and tokens per source (the other counts are zero).
+    pub documents: Counts,
     pub files: Vec<WrittenFile>,
     /// Token parts for the extra output formats (none without them).
     pub formats: Vec<WrittenFile>,
@@ -228,7 +238,8 @@ impl<'a> Batches<'a> {
             if cancelled.load(Ordering::Relaxed) {
                 return;
             }
-            let result = encode_batch(context, path, &documents, first_index, kind);
+            let mut documents = documents;
+            let result = encode_batch(context, path, &mut documents, first_index, kind);
             drop(documents);
             let _ = sender.send(Encoded { sequence, result, _slot: Some(slot) });
         });
@@ -245,6 +256,7 @@ fn write_in_order<F: Fn(usize) -> std::path::PathBuf>(
     cancelled: &AtomicBool,
 ) -> Result<Written, ShardError> {
     let mut waiting: BTreeMap<u64, Encoded> = BTreeMap::new();
+    let mut documents_seen = Counts::default();
     let mut next = 0;
     let mut failure = None;
     // Ends when the reader and every encoding task are done sending.
@@ -255,9 +267,10 @@ fn write_in_order<F: Fn(usize) -> std::path::PathBuf>(
         waiting.insert(encoded.sequence, encoded);
         while let Some(encoded) = waiting.remove(&next) {
             next += 1;
-            let emitted = encoded.result.and_then(|documents| {
-                for ids in &documents {
+            let emitted = encoded.result.and_then(|EncodedBatch { ids: documents, sources }| {
+                for (ids, source) in documents.iter().zip(&sources) {
                     packer.push(ids, |row| writer.push_row(row))?;
+                    documents_seen.add_document(ids.len() as u64, source.as_deref());
                 }
                 let tokens: u64 = documents.iter().map(|ids| ids.len() as u64).sum();
                 context.counters.documents.fetch_add(documents.len() as u64, Ordering::Relaxed);
@@ -277,5 +290,5 @@ fn write_in_order<F: Fn(usize) -> std::path::PathBuf>(
     }
     let stats = packer.finish();
     let written = writer.finish()?;
-    Ok(Written { stats, files: written.arrow, formats: written.formats })
+    Ok(Written { stats, documents: documents_seen, files: written.arrow, formats: written.formats })
 }

@@ -20,6 +20,9 @@ pub struct Document {
     pub text: String,
     /// 1-based line (JSON lines) or row (Parquet) number, for error messages.
     pub record: u64,
+    /// The value of the spec's first field filter (`meta.pile_set_name`, say), the
+    /// document's source for the entry's per-source token counts.
+    pub source: Option<String>,
 }
 
 /// What a reader yields for each record.
@@ -155,14 +158,17 @@ impl Selector {
 
     /// Applies the selection to one parsed JSON record.
     pub fn select_json(&self, mut record: Value, number: u64) -> Item {
+        let mut source = None;
         for (_, path, allowed) in &self.field_filters {
             match lookup(&record, path) {
-                Some(Value::String(value)) if allowed.contains(value) => {}
+                Some(Value::String(value)) if allowed.contains(value) => {
+                    source.get_or_insert_with(|| value.clone());
+                }
                 _ => return Item::Filtered,
             }
         }
         match lookup_mut(&mut record, &self.text_path).map(Value::take) {
-            Some(Value::String(text)) => self.select_text(text, number),
+            Some(Value::String(text)) => self.select_text(text, number, source),
             Some(Value::Null) | None => {
                 Item::Bad { record: number, problem: RecordProblem::MissingText { field: self.text_field.clone() } }
             }
@@ -179,14 +185,20 @@ impl Selector {
             .all(|(path, _, allowed)| matches!(values.get(path.as_str()), Some(Some(v)) if allowed.contains(*v)))
     }
 
-    pub(super) fn select_text(&self, text: String, number: u64) -> Item {
+    /// The source of a kept Parquet row: its value of the first field filter.
+    pub(super) fn source_of(&self, values: &BTreeMap<&str, Option<&str>>) -> Option<String> {
+        let (first, _, _) = self.field_filters.first()?;
+        values.get(first.as_str()).copied().flatten().map(str::to_string)
+    }
+
+    pub(super) fn select_text(&self, text: String, number: u64, source: Option<String>) -> Item {
         if self.min_chars > 0 || self.max_chars.is_some() {
             let chars = text.chars().count();
             if chars < self.min_chars || self.max_chars.is_some_and(|max| chars > max) {
                 return Item::Filtered;
             }
         }
-        Item::Document(Document { text, record: number })
+        Item::Document(Document { text, record: number, source })
     }
 }
 
@@ -218,7 +230,8 @@ mod tests {
     fn filters_on_pile_set_name_and_length() {
         let s = selector("min_chars = 3\nmeta.pile_set_name = [\"Github\"]");
         let keep = json!({"text": "abc", "meta": {"pile_set_name": "Github"}});
-        assert!(matches!(s.select_json(keep, 1), Item::Document(d) if d.text == "abc" && d.record == 1));
+        assert!(matches!(s.select_json(keep, 1), Item::Document(d) if d.text == "abc" && d.record == 1
+            && d.source.as_deref() == Some("Github")));
         let other_set = json!({"text": "abc", "meta": {"pile_set_name": "Pile-CC"}});
         assert!(matches!(s.select_json(other_set, 2), Item::Filtered));
         let short = json!({"text": "ab", "meta": {"pile_set_name": "Github"}});

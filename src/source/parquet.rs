@@ -90,7 +90,7 @@ impl ParquetReader {
             } else if text.is_null(row) {
                 Item::Bad { record: number, problem: RecordProblem::MissingText { field: columns[0].clone() } }
             } else {
-                self.selector.select_text(text.value(row).to_string(), number)
+                self.selector.select_text(text.value(row).to_string(), number, self.selector.source_of(&values))
             };
             self.pending.push_back(item);
         }

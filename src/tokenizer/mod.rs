@@ -111,6 +111,11 @@ fn hub_tokenizer_files(repo: &HubRepo) -> Result<TokenizerFiles, TokenizerError>
     }
 }
 
+/// A `tokenizer.json` read from an entry (`source_name` for messages), for decoding.
+pub fn from_json(source_name: &str, json: &str) -> Result<tokenizers::Tokenizer, TokenizerError> {
+    parse(source_name, json)
+}
+
 /// Parses a `tokenizer.json`. The JSON syntax is checked first: the tokenizers
 /// crate panics, rather than failing, on a syntax error inside some sections (its
 /// decoder's `expect`), and a panic that slips through anyway becomes an error.

@@ -1,0 +1,77 @@
+//! `ferry inspect NAME|FP`: an entry's counts, its document-length histogram and
+//! tokens per source drawn in the terminal, and its first rows decoded with BOS/EOS
+//! and row boundaries marked.
+
+use crate::cache::layout::CacheLayout;
+use crate::inspect::{Inspection, SplitView, inspect};
+
+/// The widest bar drawn, in characters.
+const BAR_WIDTH: u64 = 40;
+
+pub fn run(cache: &CacheLayout, entry: &str, split: Option<&str>, rows: usize, json: bool) -> anyhow::Result<()> {
+    let inspection = inspect(cache, entry, split, rows)?;
+    if json {
+        out!("{}", serde_json::to_string_pretty(&inspection)?)?;
+        return Ok(());
+    }
+    out!("entry       {}", inspection.entry.display())?;
+    out!("name        {}", inspection.name)?;
+    out!("fingerprint {}", inspection.fingerprint)?;
+    out!("")?;
+    out!("{:<12} {:>12} {:>12} {:>14}", "split", "rows", "documents", "tokens")?;
+    for (name, view) in &inspection.splits {
+        out!("{name:<12} {:>12} {:>12} {:>14}", view.rows, view.documents, view.tokens)?;
+    }
+    for (name, view) in &inspection.splits {
+        print_histograms(name, view)?;
+    }
+    Ok(print_rows(&inspection)?)
+}
+
+fn print_histograms(split: &str, view: &SplitView) -> std::io::Result<()> {
+    if !view.document_lengths.is_empty() {
+        out!("\n{split}: documents by length in tokens (BOS/EOS included)")?;
+        let widest = view.document_lengths.iter().map(|bucket| bucket.documents).max().unwrap_or(0);
+        // From the shortest length present: empty buckets below it say nothing.
+        for bucket in view.document_lengths.iter().skip_while(|bucket| bucket.documents == 0) {
+            let range = format!("{} ..< {}", bucket.from, bucket.to);
+            out!("  {range:>18}  {:<40} {}", bar(bucket.documents, widest), bucket.documents)?;
+        }
+    }
+    if !view.tokens_by_source.is_empty() {
+        out!("\n{split}: tokens by source")?;
+        let total: u64 = view.tokens_by_source.values().sum();
+        let widest = view.tokens_by_source.values().copied().max().unwrap_or(0);
+        for (source, &tokens) in &view.tokens_by_source {
+            let share = 100.0 * tokens as f64 / total.max(1) as f64;
+            out!("  {source:>18}  {:<40} {tokens} ({share:.1}%)", bar(tokens, widest))?;
+        }
+    }
+    Ok(())
+}
+
+/// A bar `value / widest` of the full width; at least one character for a nonzero value.
+fn bar(value: u64, widest: u64) -> String {
+    let length = if value == 0 { 0 } else { (value * BAR_WIDTH).div_ceil(widest.max(1)) };
+    "█".repeat(length as usize)
+}
+
+fn print_rows(inspection: &Inspection) -> std::io::Result<()> {
+    if let Some(why) = &inspection.not_decoded {
+        out!("\nrows are not decoded: {why}")?;
+    }
+    for row in &inspection.rows {
+        out!("\n── {} row {} ({} tokens) ──", inspection.split, row.row, row.ids.len())?;
+        if inspection.not_decoded.is_some() {
+            out!("{:?}", row.ids)?;
+            continue;
+        }
+        // Special tokens (BOS, EOS) stand out as ⟦...⟧: they are the documents' boundaries.
+        let mut text = row.text.clone();
+        for token in &inspection.special_tokens {
+            text = text.replace(token.as_str(), &format!("⟦{token}⟧"));
+        }
+        out!("{text}")?;
+    }
+    Ok(())
+}

@@ -1,0 +1,249 @@
+//! What an entry holds, from its manifest and its own files only (never the raw
+//! inputs): counts per split, the document lengths and tokens per source recorded
+//! while preparing, and the first rows decoded with the tokenizer the entry carries.
+//! The entry may sit in a shared cache, so its files are opened without following
+//! symlinks and read with bounds.
+
+use std::collections::BTreeMap;
+use std::io::BufReader;
+use std::path::{Path, PathBuf};
+
+use arrow_array::cast::AsArray;
+use arrow_array::types::{Int32Type, UInt16Type, UInt32Type};
+use arrow_array::{Array, ArrayRef};
+use arrow_schema::DataType;
+use serde::Serialize;
+
+use crate::cache::layout::{CacheLayout, ENTRIES_DIR};
+use crate::cache::lookup::{LookupError, find_entry};
+use crate::cache::manifest::{Counts, Manifest, length_bucket_range};
+use crate::errors::{Failure, Fault, IoError};
+use crate::fsutil::untrusted::Dir;
+use crate::tokenizer::{self, TokenizerError};
+
+/// The largest `tokenizer.json` read back (the biggest published ones are ~20 MB).
+const MAX_TOKENIZER_BYTES: u64 = 256 << 20;
+
+#[derive(Debug, thiserror::Error)]
+pub enum InspectError {
+    #[error(transparent)]
+    Lookup(#[from] LookupError),
+    #[error(transparent)]
+    Io(#[from] IoError),
+    #[error("entry {entry} has no split {split:?}; it has {}", available.join(", "))]
+    NoSplit { entry: String, split: String, available: Vec<String> },
+    #[error("reading rows of {path}: {message}")]
+    Rows { path: PathBuf, message: String },
+}
+
+impl Failure for InspectError {
+    fn fault(&self) -> Fault {
+        match self {
+            InspectError::NoSplit { .. } | InspectError::Rows { .. } => Fault::User,
+            // Transparent: the wrapped error's own fault decides.
+            InspectError::Lookup(lookup) => lookup.fault(),
+            InspectError::Io(io) => io.fault(),
+        }
+    }
+}
+
+/// An entry as `ferry inspect` shows it.
+#[derive(Debug, Serialize)]
+pub struct Inspection {
+    pub fingerprint: String,
+    pub name: String,
+    pub entry: PathBuf,
+    pub splits: BTreeMap<String, SplitView>,
+    /// The split the rows come from.
+    pub split: String,
+    pub rows: Vec<DecodedRow>,
+    /// The special tokens of the tokenizer (BOS, EOS and the like) as they appear in `text`.
+    pub special_tokens: Vec<String>,
+    /// Why rows are not decoded, when they are not (an entry made before entries carried
+    /// their tokenizer).
+    pub not_decoded: Option<String>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct SplitView {
+    pub rows: u64,
+    pub documents: u64,
+    pub tokens: u64,
+    /// Document lengths in tokens (BOS/EOS included, before packing).
+    pub document_lengths: Vec<LengthBucket>,
+    /// Tokens per value of the spec's first field filter; empty without one.
+    pub tokens_by_source: BTreeMap<String, u64>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct LengthBucket {
+    /// Documents of `from ..< to` tokens.
+    pub from: u64,
+    pub to: u64,
+    pub documents: u64,
+}
+
+#[derive(Debug, Serialize)]
+pub struct DecodedRow {
+    pub row: u64,
+    pub ids: Vec<u32>,
+    /// The row decoded, special tokens written out.
+    pub text: String,
+}
+
+/// Inspects the entry named `name_or_fingerprint` (a `by-name` name or a fingerprint prefix).
+pub fn inspect(
+    cache: &CacheLayout,
+    name_or_fingerprint: &str,
+    split: Option<&str>,
+    rows: usize,
+) -> Result<Inspection, InspectError> {
+    let manifest =
+        find_by_name(cache, name_or_fingerprint)?.map_or_else(|| find_entry(cache, name_or_fingerprint), Ok)?;
+    let short = manifest.short_fingerprint().to_string();
+    let root = cache.root();
+    let entry = Dir::open(root)
+        .and_then(|cache_dir| cache_dir.open_dir(Path::new(ENTRIES_DIR).join(&short)))
+        .map_err(IoError::at("opening the entry in", root))?;
+    let split = match split {
+        Some(split) => split.to_string(),
+        None => manifest
+            .splits
+            .keys()
+            .find(|name| *name == "train")
+            .or(manifest.splits.keys().next())
+            .cloned()
+            .unwrap_or_default(),
+    };
+    let Some(record) = manifest.splits.get(&split) else {
+        return Err(InspectError::NoSplit {
+            entry: short,
+            split,
+            available: manifest.splits.keys().cloned().collect(),
+        });
+    };
+    let ids = first_rows(&entry, &record.data_files, rows)?;
+    let (rows, special_tokens, not_decoded) = match carried_tokenizer(&entry) {
+        Ok(tokenizer) => decoded(&tokenizer, ids),
+        Err(why) => (
+            ids.into_iter()
+                .enumerate()
+                .map(|(row, ids)| DecodedRow { row: row as u64, ids, text: String::new() })
+                .collect(),
+            Vec::new(),
+            Some(why),
+        ),
+    };
+    let splits = manifest.splits.iter().map(|(name, record)| (name.clone(), split_view(&record.counts))).collect();
+    Ok(Inspection {
+        fingerprint: manifest.fingerprint.clone(),
+        name: manifest.name.clone(),
+        entry: entry.path().to_path_buf(),
+        splits,
+        split,
+        rows,
+        special_tokens,
+        not_decoded,
+    })
+}
+
+/// The entry `by-name/<name>` points at, when `name` is one.
+fn find_by_name(cache: &CacheLayout, name: &str) -> Result<Option<Manifest>, InspectError> {
+    if crate::fsutil::untrusted::check_name(name).is_err() {
+        return Ok(None);
+    }
+    let Ok(target) = std::fs::read_link(cache.by_name(name)) else { return Ok(None) };
+    match CacheLayout::by_name_entry(&target) {
+        Some(short) => Ok(Some(find_entry(cache, short)?)),
+        None => Ok(None),
+    }
+}
+
+fn split_view(counts: &Counts) -> SplitView {
+    let document_lengths = counts
+        .document_lengths
+        .iter()
+        .enumerate()
+        .map(|(bucket, &documents)| {
+            let (from, to) = length_bucket_range(bucket);
+            LengthBucket { from, to, documents }
+        })
+        .collect();
+    SplitView {
+        rows: counts.rows,
+        documents: counts.documents,
+        tokens: counts.tokens,
+        document_lengths,
+        tokens_by_source: counts.tokens_by_source.clone(),
+    }
+}
+
+/// The first `limit` rows' `input_ids`, reading the split's files in order.
+fn first_rows(entry: &Dir, data_files: &[String], limit: usize) -> Result<Vec<Vec<u32>>, InspectError> {
+    let mut rows = Vec::new();
+    for relative in data_files {
+        if rows.len() >= limit {
+            break;
+        }
+        let path = entry.display_path(relative);
+        let rows_error = |message: String| InspectError::Rows { path: path.clone(), message };
+        let file = entry.open_file(relative).map_err(IoError::at("opening", &path))?;
+        let reader = arrow_ipc::reader::StreamReader::try_new(BufReader::new(file), None)
+            .map_err(|err| rows_error(err.to_string()))?;
+        for batch in reader {
+            let batch = batch.map_err(|err| rows_error(err.to_string()))?;
+            let lists = batch.column_by_name("input_ids").ok_or_else(|| rows_error("no input_ids column".into()))?;
+            let lists = lists.as_list_opt::<i32>().ok_or_else(|| rows_error("input_ids is not a list".into()))?;
+            for row in 0..lists.len() {
+                if rows.len() >= limit {
+                    return Ok(rows);
+                }
+                rows.push(ids_of(&lists.value(row)).map_err(rows_error)?);
+            }
+        }
+    }
+    Ok(rows)
+}
+
+fn ids_of(values: &ArrayRef) -> Result<Vec<u32>, String> {
+    Ok(match values.data_type() {
+        DataType::Int32 => values.as_primitive::<Int32Type>().values().iter().map(|&id| id as u32).collect(),
+        DataType::UInt16 => values.as_primitive::<UInt16Type>().values().iter().map(|&id| u32::from(id)).collect(),
+        DataType::UInt32 => values.as_primitive::<UInt32Type>().values().to_vec(),
+        other => return Err(format!("input_ids holds {other}, not a token type ferry writes")),
+    })
+}
+
+/// The tokenizer the entry carries, or why there is none.
+fn carried_tokenizer(entry: &Dir) -> Result<tokenizers::Tokenizer, String> {
+    let path = entry.display_path("tokenizer.json");
+    let json = entry.read("tokenizer.json", MAX_TOKENIZER_BYTES).map_err(|err| {
+        format!("{}: {err} (entries made before ferry stored the tokenizer have none)", path.display())
+    })?;
+    let json = String::from_utf8(json).map_err(|_| format!("{} is not UTF-8", path.display()))?;
+    tokenizer::from_json(&path.display().to_string(), &json).map_err(|err: TokenizerError| err.to_string())
+}
+
+/// Rows decoded with special tokens written out, and those tokens' text.
+fn decoded(tokenizer: &tokenizers::Tokenizer, rows: Vec<Vec<u32>>) -> (Vec<DecodedRow>, Vec<String>, Option<String>) {
+    let mut special: Vec<String> = tokenizer
+        .get_added_tokens_decoder()
+        .values()
+        .filter(|token| token.special)
+        .map(|token| token.content.clone())
+        .collect();
+    special.sort();
+    let mut failure = None;
+    let rows = rows
+        .into_iter()
+        .enumerate()
+        .map(|(row, ids)| {
+            let text = tokenizer.decode(&ids, false).unwrap_or_else(|err| {
+                failure.get_or_insert_with(|| format!("decoding row {row}: {err}"));
+                String::new()
+            });
+            DecodedRow { row: row as u64, ids, text }
+        })
+        .collect();
+    (rows, special, failure)
+}
