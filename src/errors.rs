@@ -35,6 +35,56 @@ pub trait Failure {
     fn fault(&self) -> Fault;
 }
 
+/// A permission error names whose the path is: on a cache a lab shares, the fix is
+/// a word with the owner or a `chmod g+w`, and the bare "Permission denied" says neither.
+pub fn with_owner(source: io::Error, path: &Path) -> io::Error {
+    if source.kind() != io::ErrorKind::PermissionDenied {
+        return source;
+    }
+    match access_of(path) {
+        Some(access) => io::Error::new(source.kind(), format!("{source}; {access}")),
+        None => source,
+    }
+}
+
+/// `PATH is owned by USER:GROUP, mode drwxrwsr-x` for `path` or, when it does not
+/// exist, its nearest existing ancestor (where a create was refused).
+pub fn access_of(path: &Path) -> Option<String> {
+    use std::os::unix::fs::MetadataExt;
+    let (existing, meta) = path.ancestors().find_map(|p| std::fs::symlink_metadata(p).ok().map(|m| (p, m)))?;
+    let user = uzers::get_user_by_uid(meta.uid())
+        .map_or_else(|| meta.uid().to_string(), |u| u.name().to_string_lossy().into_owned());
+    let group = uzers::get_group_by_gid(meta.gid())
+        .map_or_else(|| meta.gid().to_string(), |g| g.name().to_string_lossy().into_owned());
+    Some(format!("{} is owned by {user}:{group}, mode {}", existing.display(), mode_text(meta.mode())))
+}
+
+/// `ls -l`'s mode column: `drwxrwsr-x`.
+fn mode_text(mode: u32) -> String {
+    let kind = if mode & 0o170000 == 0o040000 { 'd' } else { '-' };
+    let bit = |mask: u32, c: char| if mode & mask != 0 { c } else { '-' };
+    let special = |exec: u32, special: u32, set: char| match (mode & exec != 0, mode & special != 0) {
+        (true, true) => set,
+        (false, true) => set.to_ascii_uppercase(),
+        (true, false) => 'x',
+        (false, false) => '-',
+    };
+    [
+        kind,
+        bit(0o400, 'r'),
+        bit(0o200, 'w'),
+        special(0o100, 0o4000, 's'),
+        bit(0o040, 'r'),
+        bit(0o020, 'w'),
+        special(0o010, 0o2000, 's'),
+        bit(0o004, 'r'),
+        bit(0o002, 'w'),
+        special(0o001, 0o1000, 't'),
+    ]
+    .iter()
+    .collect()
+}
+
 /// I/O failures the user can fix: a missing or unusable path, a full or
 /// read-only disk, a quota, permissions.
 const USER_IO_KINDS: &[io::ErrorKind] = &[
@@ -62,7 +112,7 @@ impl Failure for IoError {
 impl IoError {
     /// For `map_err`: `fs::read(path).map_err(IoError::at("reading", path))`.
     pub fn at<'a>(doing: &'static str, path: &'a Path) -> impl Fn(io::Error) -> IoError + Copy + 'a {
-        move |source| IoError { doing, path: path.to_path_buf(), source }
+        move |source| IoError { doing, path: path.to_path_buf(), source: with_owner(source, path) }
     }
 }
 
@@ -88,6 +138,26 @@ mod tests {
     struct Reading {
         path: String,
         source: std::io::Error,
+    }
+
+    #[test]
+    fn modes_read_as_ls_writes_them() {
+        assert_eq!(mode_text(0o042775), "drwxrwsr-x");
+        assert_eq!(mode_text(0o100644), "-rw-r--r--");
+        assert_eq!(mode_text(0o041777), "drwxrwxrwt");
+        assert_eq!(mode_text(0o102644), "-rw-r-Sr--");
+    }
+
+    #[test]
+    fn a_permission_error_names_the_owner_of_the_nearest_existing_path() {
+        let dir = tempfile::tempdir().unwrap();
+        let denied = std::io::Error::from(std::io::ErrorKind::PermissionDenied);
+        let err = IoError::at("creating", &dir.path().join("missing/deeper"))(denied);
+        let message = chain(&err);
+        let user = uzers::get_current_username().unwrap().to_string_lossy().into_owned();
+        assert!(message.contains(&format!("{} is owned by {user}:", dir.path().display())), "{message}");
+        let other = IoError::at("creating", dir.path())(std::io::Error::from(std::io::ErrorKind::NotFound));
+        assert!(!chain(&other).contains("owned by"));
     }
 
     #[test]

@@ -184,8 +184,12 @@ impl Counts {
             self.document_lengths.resize(bucket + 1, 0);
         }
         self.document_lengths[bucket] += 1;
-        if let Some(source) = source {
-            *self.tokens_by_source.entry(source.to_string()).or_default() += tokens;
+        match source.map(|source| (self.tokens_by_source.get_mut(source), source)) {
+            Some((Some(total), _)) => *total += tokens,
+            Some((None, source)) => {
+                self.tokens_by_source.insert(source.to_string(), tokens);
+            }
+            None => {}
         }
     }
 

@@ -32,13 +32,16 @@ pub fn run(settings: &Settings, as_json: bool) -> anyhow::Result<()> {
         ("liveness.heartbeat_interval", duration(heartbeat)),
         ("liveness.stale_age", duration(stale_age)),
     ];
+    // Who may use the cache: on a lab's shared cache, its group and mode say it.
+    let cache_access = crate::errors::access_of(&settings.cache(None).value);
     if as_json {
         let map: serde_json::Map<String, serde_json::Value> = rows
             .into_iter()
             .map(|(name, (value, source))| (name.to_string(), json!({"value": value, "source": source})))
             .collect();
         let config = settings.config_path().map(|p| p.display().to_string());
-        out!("{}", serde_json::to_string_pretty(&json!({"config_file": config, "settings": map}))?)?;
+        let report = json!({"config_file": config, "settings": map, "cache_access": cache_access});
+        out!("{}", serde_json::to_string_pretty(&report)?)?;
     } else {
         match settings.config_path() {
             Some(path) => out!("config file: {}", path.display())?,
@@ -47,6 +50,7 @@ pub fn run(settings: &Settings, as_json: bool) -> anyhow::Result<()> {
         for (name, (value, source)) in rows {
             out!("{name:<27} {value:<40} ({source})")?;
         }
+        out!("cache access: {}", cache_access.as_deref().unwrap_or("nothing of the cache's path exists"))?;
     }
     Ok(())
 }

@@ -52,9 +52,12 @@ fn write_through_temp(path: &Path, bytes: &[u8], sync: bool) -> io::Result<()> {
 pub fn temp_file_in(dir: &Path) -> io::Result<tempfile::NamedTempFile> {
     tempfile::Builder::new()
         .prefix(TEMP_PREFIX)
-        .permissions(std::fs::Permissions::from_mode(0o644))
+        .permissions(std::fs::Permissions::from_mode(0o666))
         .tempfile_in(dir)
-        .map_err(|err| io::Error::new(err.kind(), format!("creating a temporary file in {}: {err}", dir.display())))
+        .map_err(|err| {
+            let err = io::Error::new(err.kind(), format!("creating a temporary file in {}: {err}", dir.display()));
+            crate::errors::with_owner(err, dir)
+        })
 }
 
 /// Serializes `value` as pretty JSON and writes it atomically.

@@ -38,17 +38,28 @@ impl User {
 /// The attacker and the victim, both in `LAB_GROUP`; None (with a SKIPPED
 /// message) when not root or when users cannot be created.
 pub fn attacker_and_victim() -> Option<(User, User)> {
+    two_in_the_lab("ferryattacker", "ferryvictim")
+}
+
+/// Two well-behaved members of `LAB_GROUP`, for sharing tests; None (with a SKIPPED
+/// message) when not root or when users cannot be created.
+pub fn lab_members() -> Option<(User, User)> {
+    two_in_the_lab("ferrymemberone", "ferrymembertwo")
+}
+
+fn two_in_the_lab(first: &'static str, second: &'static str) -> Option<(User, User)> {
     if !rustix::process::getuid().is_root() {
         eprintln!("SKIPPED: this test needs root to create unprivileged users");
         return None;
     }
+    // Tests in several threads and binaries create the same users at once, and
+    // `useradd` fails while another holds /etc/passwd: one creator at a time.
+    let lock = std::fs::File::create(std::env::temp_dir().join("ferry-test-users.lock")).unwrap();
+    rustix::fs::flock(&lock, rustix::fs::FlockOperation::LockExclusive).unwrap();
     if uzers::get_group_by_name(LAB_GROUP).is_none() {
-        // Another test may create it at the same moment: only the result counts.
         let _ = Command::new("groupadd").arg(LAB_GROUP).status();
     }
-    let attacker = user("ferryattacker")?;
-    let victim = user("ferryvictim")?;
-    Some((attacker, victim))
+    Some((user(first)?, user(second)?))
 }
 
 fn user(name: &'static str) -> Option<User> {
