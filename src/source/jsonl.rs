@@ -71,10 +71,7 @@ impl DocumentReader for JsonlReader {
                     }));
                 }
             };
-            return Ok(Some(match serde_json::from_str(text) {
-                Ok(record) => self.selector.select_json(record, self.number),
-                Err(err) => Item::Bad { record: self.number, problem: RecordProblem::MalformedJson(err.to_string()) },
-            }));
+            return Ok(Some(self.selector.select_json_line(text, self.number)));
         }
     }
 

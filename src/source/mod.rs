@@ -2,6 +2,7 @@
 //! gzip) and Parquet. Memory stays bounded by one record (or one Parquet batch),
 //! whatever the shard's size.
 
+mod fields;
 mod jsonl;
 mod parquet;
 
@@ -13,6 +14,7 @@ use serde_json::Value;
 
 use crate::errors::{Failure, Fault};
 use crate::spec::{FilterSpec, SourceFormat};
+use fields::{Found, Wanted};
 
 /// One document kept by the selector.
 #[derive(Debug)]
@@ -131,21 +133,62 @@ pub struct Selector {
     field_filters: Vec<(String, Vec<String>, HashSet<String>)>,
     min_chars: usize,
     max_chars: Option<usize>,
+    /// The text's path (slot 0) and the filters' (slots 1..), taken while parsing a JSON
+    /// line; `None` when one path is a prefix of another (then the whole record is parsed).
+    wanted: Option<Wanted>,
 }
 
 impl Selector {
     pub fn new(text_field: &str, filter: &FilterSpec) -> Selector {
         let split = |path: &str| path.split('.').map(str::to_string).collect::<Vec<_>>();
+        let field_filters: Vec<_> = filter
+            .field_filters()
+            .into_iter()
+            .map(|(path, allowed)| (path.clone(), split(&path), allowed.into_iter().collect()))
+            .collect();
+        let paths: Vec<Vec<String>> =
+            std::iter::once(split(text_field)).chain(field_filters.iter().map(|(_, path, _)| path.clone())).collect();
         Selector {
             text_field: text_field.to_string(),
             text_path: split(text_field),
-            field_filters: filter
-                .field_filters()
-                .into_iter()
-                .map(|(path, allowed)| (path.clone(), split(&path), allowed.into_iter().collect()))
-                .collect(),
+            wanted: Wanted::new(&paths),
+            field_filters,
             min_chars: filter.min_chars,
             max_chars: filter.max_chars,
+        }
+    }
+
+    /// Applies the selection to one JSON line, parsing only the fields it needs.
+    pub fn select_json_line(&self, line: &str, number: u64) -> Item {
+        let malformed = |err: serde_json::Error| Item::Bad {
+            record: number,
+            problem: RecordProblem::MalformedJson(err.to_string()),
+        };
+        let Some(wanted) = &self.wanted else {
+            return serde_json::from_str(line).map_or_else(malformed, |record| self.select_json(record, number));
+        };
+        let mut found = match wanted.extract(line, 1 + self.field_filters.len()) {
+            Ok(found) => found.into_iter(),
+            Err(err) => return malformed(err),
+        };
+        let text = found.next().unwrap_or(Found::Absent);
+        let mut source = None;
+        for ((_, _, allowed), value) in self.field_filters.iter().zip(found) {
+            match value {
+                Found::Str(value) if allowed.contains(&value) => {
+                    source.get_or_insert(value);
+                }
+                _ => return Item::Filtered,
+            }
+        }
+        match text {
+            Found::Str(text) => self.select_text(text, number, source),
+            Found::Null | Found::Absent => {
+                Item::Bad { record: number, problem: RecordProblem::MissingText { field: self.text_field.clone() } }
+            }
+            Found::Other => {
+                Item::Bad { record: number, problem: RecordProblem::NonStringText { field: self.text_field.clone() } }
+            }
         }
     }
 
@@ -236,6 +279,31 @@ mod tests {
         assert!(matches!(s.select_json(other_set, 2), Item::Filtered));
         let short = json!({"text": "ab", "meta": {"pile_set_name": "Github"}});
         assert!(matches!(s.select_json(short, 3), Item::Filtered));
+    }
+
+    #[test]
+    fn a_line_selects_as_its_whole_parsed_record_does() {
+        let filtered =
+            selector("min_chars = 2\nmeta.pile_set_name = [\"Github\", \"ArXiv\"]\nfields = { lang = [\"en\"] }");
+        let plain = selector("");
+        for line in [
+            r#"{"text": "abc", "meta": {"pile_set_name": "Github"}, "lang": "en"}"#,
+            r#"{"text": "abc", "meta": {"pile_set_name": "Github"}, "lang": "fr"}"#,
+            r#"{"text": "a", "meta": {"pile_set_name": "ArXiv"}, "lang": "en"}"#,
+            r#"{"meta": {"pile_set_name": "ArXiv"}, "lang": "en"}"#,
+            r#"{"text": 5, "meta": {"pile_set_name": "ArXiv"}, "lang": "en"}"#,
+            r#"{"text": null, "meta": {"pile_set_name": "Other"}, "lang": "en"}"#,
+            r#"{"text": "abc", "meta": {"pile_set_name": "Github"}, "lang": "en", "text": "later"}"#,
+            r#"{"text": "abc""#,
+        ] {
+            for s in [&filtered, &plain] {
+                let whole = match serde_json::from_str(line) {
+                    Ok(record) => s.select_json(record, 7),
+                    Err(err) => Item::Bad { record: 7, problem: RecordProblem::MalformedJson(err.to_string()) },
+                };
+                assert_eq!(format!("{:?}", s.select_json_line(line, 7)), format!("{whole:?}"), "{line}");
+            }
+        }
     }
 
     #[test]
