@@ -99,7 +99,10 @@ const USER_IO_KINDS: &[io::ErrorKind] = &[
 
 impl Failure for io::Error {
     fn fault(&self) -> Fault {
-        if USER_IO_KINDS.contains(&self.kind()) { Fault::User } else { Fault::Internal }
+        // ELOOP is a symlink where ferry follows none (in a cache or destination): the
+        // user removes it. Its kind, `FilesystemLoop`, cannot be named on stable Rust.
+        let symlink_refused = self.kind() == io::Error::from(rustix::io::Errno::LOOP).kind();
+        if USER_IO_KINDS.contains(&self.kind()) || symlink_refused { Fault::User } else { Fault::Internal }
     }
 }
 

@@ -326,3 +326,48 @@ fn verify_never_hashes_through_a_symlink() {
     assert!(printed.contains("symbolic link"), "{printed}");
     assert!(!verified.status.success());
 }
+
+/// `building`, `entries`, `by-name`, `memo`, `used` or `building/<fp>` -> the victim's
+/// directory: the victim's `prepare` created its build, memo files, entry, name link
+/// or use marker there, since those are written by path.
+#[test]
+fn prepare_writes_nothing_through_a_symlinked_cache_directory() {
+    let Some(lab) = Lab::new() else { return };
+    lab.env.shards("data-new", "train", 2, 30, 9);
+    let spec = lab.env.write("new.toml", gpt2_spec("new", "data-new/*.jsonl.zst", "[sequence]\nseq_len = 64\n"));
+    let probe = lab
+        .env
+        .ferry()
+        .args(["prepare", spec.to_str().unwrap(), "--json", "--cache"])
+        .arg(lab.env.path("probe"))
+        .output()
+        .unwrap();
+    assert!(probe.status.success(), "{}", describe(&probe));
+    let short = serde_json::from_slice::<serde_json::Value>(&probe.stdout).unwrap()["fingerprint"].as_str().unwrap()
+        [..16]
+        .to_string();
+    let project = lab.private_dir.join("project");
+    let cache = lab.env.cache();
+    for name in ["building", "entries", "by-name", "memo", "used", &format!("building/{short}")] {
+        let link = cache.join(name);
+        lab.attack(&format!(
+            "mkdir -p {link} && mv {link} {link}.real && ln -s {project} {link}",
+            link = link.display(),
+            project = project.display()
+        ));
+        let output = lab.victim_runs(&["prepare", spec.to_str().unwrap()]);
+        assert_eq!(output.status.code(), Some(1), "{name}:\n{}", describe(&output));
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(stderr.contains("symbolic link") && stderr.contains(name), "{name}:\n{stderr}");
+        let listing: Vec<_> = std::fs::read_dir(&project).unwrap().map(|item| item.unwrap().file_name()).collect();
+        assert_eq!(
+            listing,
+            vec![std::ffi::OsString::from("results.csv")],
+            "{name}: written into the victim's directory"
+        );
+        lab.assert_private_files_untouched();
+        lab.attack(&format!("rm {link} && mv {link}.real {link}", link = link.display()));
+    }
+    let output = lab.victim_runs(&["prepare", spec.to_str().unwrap()]);
+    assert!(output.status.success(), "with the links gone it builds:\n{}", describe(&output));
+}

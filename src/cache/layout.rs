@@ -16,6 +16,7 @@
 use std::path::{Path, PathBuf};
 
 use crate::cache::liveness::Liveness;
+use crate::fsutil::untrusted::Dir;
 
 /// Version of the cache layout; a cache root records it in `layout-version`.
 pub const LAYOUT_VERSION: u32 = 1;
@@ -128,6 +129,27 @@ impl CacheLayout {
 
     /// Records this layout's version in a new cache, and refuses a cache laid out
     /// by an incompatible ferry (rather than misreading it).
+    /// Creates (or opens) directories below the root, `/`-separated paths of plain
+    /// names, following no symlink on the way. Builds, memo files, `entries/` and
+    /// `by-name/` are then written by path: a cache writer who had put a symlink at
+    /// `building`, say, would otherwise have another user's `prepare` create its files
+    /// wherever the link points.
+    pub fn create_own_dirs(&self, relative: &[String]) -> std::io::Result<()> {
+        let root = Dir::open(&self.root)?;
+        for path in relative {
+            let mut dir = root.create_dir(path.split('/').next().unwrap_or_default())?;
+            for name in path.split('/').skip(1) {
+                dir = dir.create_dir(name)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The top-level directories a build writes through.
+    pub fn build_dirs() -> Vec<String> {
+        [BUILDING_DIR, ENTRIES_DIR, BY_NAME_DIR, MEMO_DIR, USED_DIR].map(String::from).to_vec()
+    }
+
     pub fn check_version(&self) -> std::io::Result<()> {
         let path = self.layout_version_file();
         match std::fs::read_to_string(&path) {

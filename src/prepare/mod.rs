@@ -129,6 +129,9 @@ pub fn published(
 pub fn prepare(spec: &Spec, cache: &CacheLayout, options: &PrepareOptions) -> Result<Prepared, PrepareError> {
     let started = Instant::now();
     cache.check_version().map_err(|source| PrepareError::Layout { path: cache.root().to_path_buf(), source })?;
+    cache
+        .create_own_dirs(&CacheLayout::build_dirs())
+        .map_err(|source| PrepareError::Layout { path: cache.root().to_path_buf(), source })?;
     let located = locate(spec, cache)?;
     let short = located.fingerprint.short();
     if let Some((entry, manifest)) = published(cache, &located.fingerprint)? {
@@ -227,18 +230,23 @@ fn set_up_build(
 ) -> Result<Option<(EntryLayout, Manifest)>, PrepareError> {
     let dirs: Vec<PathBuf> =
         located.splits.iter().map(|split| build.parts_dir(&split.name)).chain([build.claims_dir()]).collect();
+    // Below the root, by plain names: created without following a symlink a cache writer put there.
+    let relative: Vec<String> = dirs
+        .iter()
+        .filter_map(|dir| dir.strip_prefix(cache.root()).ok())
+        .map(|dir| dir.to_string_lossy().into_owned())
+        .collect();
     let mut attempt = 0;
     loop {
         attempt += 1;
-        let Some((dir, err)) = dirs.iter().find_map(|dir| fsutil::create_dir_all(dir).err().map(|err| (dir, err)))
-        else {
+        let Err(err) = cache.create_own_dirs(&relative) else {
             return Ok(None);
         };
         if let Some(found) = published(cache, &located.fingerprint)? {
             return Ok(Some(found));
         }
         if err.kind() != std::io::ErrorKind::NotFound || attempt == 5 {
-            return Err(IoError::at("creating", dir)(err).into());
+            return Err(IoError::at("creating the build directories in", build.root())(err).into());
         }
     }
 }
