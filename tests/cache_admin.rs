@@ -167,18 +167,14 @@ fn gc_never_deletes_an_entry_being_staged() {
     std::fs::create_dir_all(dest.join(".ferry")).unwrap();
     let lock = std::fs::File::create(dest.join(".ferry/stage.lock")).unwrap();
     rustix::fs::flock(&lock, rustix::fs::FlockOperation::LockExclusive).unwrap();
-    let stager = env
+    let mut stager = env
         .ferry()
         .args(["stage", spec.to_str().unwrap(), "--dest", dest.to_str().unwrap()])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while std::fs::read_dir(env.cache().join("leases").join(&oldest)).map_or(true, |mut d| d.next().is_none()) {
-        assert!(Instant::now() < deadline, "the stager never took its lease");
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    common::wait_for_lease(&env.cache(), &oldest, &mut stager);
     // A policy that evicts every entry: only the lease can keep one.
     let report = json(&env, &["gc", "--keep", "0", "--json"]);
     assert_eq!(report["kept_in_use"][0], oldest.as_str(), "{report}");

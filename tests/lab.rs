@@ -10,7 +10,6 @@ mod common;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
-use std::time::{Duration, Instant};
 
 use common::users::{LAB_GROUP, User, lab_members, open_to_all};
 use common::{TestEnv, describe, gpt2_spec};
@@ -132,17 +131,7 @@ fn a_members_stage_lease_keeps_the_others_gc_off_the_entry() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while std::fs::read_dir(env.cache().join("leases").join(&short)).map_or(true, |mut d| d.next().is_none()) {
-        if let Some(status) = stager.try_wait().unwrap() {
-            panic!(
-                "member one's stage ended ({status}) before taking its lease:\n{}",
-                describe(&stager.wait_with_output().unwrap())
-            );
-        }
-        assert!(Instant::now() < deadline, "member one's stage never took its lease");
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    common::wait_for_lease(&env.cache(), &short, &mut stager);
     let report = member_json(&env, &two, &["gc", "--keep", "0", "--json"]);
     assert_eq!(report["kept_in_use"][0], short.as_str(), "{report}");
     assert!(env.cache().join("entries").join(&short).is_dir(), "member two's gc removed an entry in use");

@@ -68,10 +68,19 @@ impl Wanted {
     }
 }
 
-/// Visits a value on the way to wanted leaves: only an object leads anywhere.
+/// Visits a value on the way to wanted leaves: only an object leads anywhere. A
+/// value nobody wants is a `Node` of the empty tree (`skip`): parsed as a `Value`
+/// would be (numbers out of range and bad escapes are the same errors) and dropped
+/// without being stored.
 struct Node<'a> {
     wanted: &'a Wanted,
     found: &'a mut [Found],
+}
+
+/// The seed for a value nobody wants.
+fn skip() -> Node<'static> {
+    static NOTHING: std::sync::LazyLock<Wanted> = std::sync::LazyLock::new(Wanted::default);
+    Node { wanted: &NOTHING, found: &mut [] }
 }
 
 impl<'de> DeserializeSeed<'de> for Node<'_> {
@@ -102,14 +111,15 @@ impl<'de> Visitor<'de> for Node<'_> {
                         None => map.next_value_seed(Node { wanted: child, found: &mut *self.found })?,
                     }
                 }
-                None => map.next_value_seed(Skip)?,
+                None => map.next_value_seed(skip())?,
             }
         }
         Ok(())
     }
 
-    fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<(), A::Error> {
-        Skip.visit_seq(seq)
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+        while seq.next_element_seed(skip())?.is_some() {}
+        Ok(())
     }
 
     fn visit_bool<E>(self, _: bool) -> Result<(), E> {
@@ -184,68 +194,11 @@ impl<'de> Visitor<'de> for Leaf {
     }
 
     fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Found, A::Error> {
-        Skip.visit_seq(seq).map(|()| Found::Other)
+        skip().visit_seq(seq).map(|()| Found::Other)
     }
 
     fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Found, A::Error> {
-        Skip.visit_map(map).map(|()| Found::Other)
-    }
-}
-
-/// A value nobody wants: parsed as a `Value` would be (numbers out of range and bad
-/// escapes are the same errors), and dropped without being stored. Strings with
-/// escapes go through the parser's reused scratch buffer, not a new `String`.
-struct Skip;
-
-impl<'de> DeserializeSeed<'de> for Skip {
-    type Value = ();
-
-    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<(), D::Error> {
-        deserializer.deserialize_any(self)
-    }
-}
-
-impl<'de> Visitor<'de> for Skip {
-    type Value = ();
-
-    fn expecting(&self, formatter: &mut fmt::Formatter) -> fmt::Result {
-        formatter.write_str("a JSON value")
-    }
-
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
-        while map.next_key_seed(Skip)?.is_some() {
-            map.next_value_seed(Skip)?;
-        }
-        Ok(())
-    }
-
-    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
-        while seq.next_element_seed(Skip)?.is_some() {}
-        Ok(())
-    }
-
-    fn visit_bool<E>(self, _: bool) -> Result<(), E> {
-        Ok(())
-    }
-
-    fn visit_i64<E>(self, _: i64) -> Result<(), E> {
-        Ok(())
-    }
-
-    fn visit_u64<E>(self, _: u64) -> Result<(), E> {
-        Ok(())
-    }
-
-    fn visit_f64<E>(self, _: f64) -> Result<(), E> {
-        Ok(())
-    }
-
-    fn visit_str<E>(self, _: &str) -> Result<(), E> {
-        Ok(())
-    }
-
-    fn visit_unit<E>(self) -> Result<(), E> {
-        Ok(())
+        skip().visit_map(map).map(|()| Found::Other)
     }
 }
 

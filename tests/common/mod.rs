@@ -179,6 +179,19 @@ pub fn python() -> Option<PathBuf> {
     provided("FERRY_TEST_PYTHON", "FERRY_REQUIRE_PYTHON", "Python with datasets")
 }
 
+/// Waits until `stager` (a `ferry stage` that will wait for its destination) holds a
+/// lease on the entry `short` in `cache`; fails if it ends first or takes over 60 s.
+pub fn wait_for_lease(cache: &Path, short: &str, stager: &mut std::process::Child) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while std::fs::read_dir(cache.join("leases").join(short)).map_or(true, |mut d| d.next().is_none()) {
+        if let Some(status) = stager.try_wait().unwrap() {
+            panic!("the stage ended ({status}) before taking its lease");
+        }
+        assert!(std::time::Instant::now() < deadline, "the stage never took its lease");
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+}
+
 pub fn python_script(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests").join("python").join(name)
 }
