@@ -300,8 +300,24 @@ fn request_values_with_control_characters_are_refused() {
 fn a_raw_socket_client_gets_a_refusal_past_the_connection_cap() {
     let Some(node) = Node::start(&[], &["--connections-per-user", "2"]) else { return };
     // Root's own connections count against root's cap: two held, the third refused.
-    let held: Vec<UnixStream> = (0..2).map(|_| UnixStream::connect(&node.socket).unwrap()).collect();
-    std::thread::sleep(Duration::from_millis(200));
+    // Each held one is confirmed admitted by an answer to a status request: the
+    // readiness probe's connection may still count for a moment after it closed, and
+    // then a held one is refused and tried again (a CI run saw the third served).
+    let mut held: Vec<UnixStream> = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while held.len() < 2 {
+        assert!(Instant::now() < deadline, "the daemon never admitted two connections");
+        let mut stream = UnixStream::connect(&node.socket).unwrap();
+        stream.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        stream.write_all(b"{\"type\": \"status\"}\n").unwrap();
+        let mut answer = String::new();
+        BufReader::new(&stream).read_line(&mut answer).unwrap();
+        if answer.contains("\"ok\":true") {
+            held.push(stream);
+        } else {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
     let mut third = UnixStream::connect(&node.socket).unwrap();
     third.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
     let _ = third.write_all(b"{\"type\": \"status\"}\n");
