@@ -137,8 +137,9 @@ impl HubRepo {
     /// is a branch or tag; otherwise the revision is taken as a commit.
     fn snapshot(&self) -> Option<PathBuf> {
         let repo_dir = self.repo_dir();
-        let commit = match std::fs::read_to_string(repo_dir.join("refs").join(&self.revision)) {
-            Ok(commit) => commit.trim().to_string(),
+        // Bounded, and never a FIFO: a lab may share its hub cache. A ref holds 40 hex digits.
+        let commit = match untrusted::read_regular(&repo_dir.join("refs").join(&self.revision), 1024) {
+            Ok(commit) => String::from_utf8_lossy(&commit).trim().to_string(),
             Err(_) => self.revision.clone(),
         };
         untrusted::check_name(&commit).ok()?;

@@ -15,8 +15,8 @@ use arrow_schema::DataType;
 use serde::Serialize;
 
 use crate::cache::layout::{CacheLayout, ENTRIES_DIR};
-use crate::cache::lookup::{LookupError, find_entry};
-use crate::cache::manifest::{Counts, Manifest, length_bucket_range};
+use crate::cache::lookup::{LookupError, find_named_entry};
+use crate::cache::manifest::{Counts, length_bucket_range};
 use crate::errors::{Failure, Fault, IoError};
 use crate::fsutil::untrusted::Dir;
 use crate::tokenizer::{self, TokenizerError};
@@ -98,8 +98,7 @@ pub fn inspect(
     split: Option<&str>,
     rows: usize,
 ) -> Result<Inspection, InspectError> {
-    let manifest =
-        find_by_name(cache, name_or_fingerprint)?.map_or_else(|| find_entry(cache, name_or_fingerprint), Ok)?;
+    let manifest = find_named_entry(cache, name_or_fingerprint)?;
     let short = manifest.short_fingerprint().to_string();
     let root = cache.root();
     let entry = Dir::open(root)
@@ -145,18 +144,6 @@ pub fn inspect(
         special_tokens,
         not_decoded,
     })
-}
-
-/// The entry `by-name/<name>` points at, when `name` is one.
-fn find_by_name(cache: &CacheLayout, name: &str) -> Result<Option<Manifest>, InspectError> {
-    if crate::fsutil::untrusted::check_name(name).is_err() {
-        return Ok(None);
-    }
-    let Ok(target) = std::fs::read_link(cache.by_name(name)) else { return Ok(None) };
-    match CacheLayout::by_name_entry(&target) {
-        Some(short) => Ok(Some(find_entry(cache, short)?)),
-        None => Ok(None),
-    }
 }
 
 fn split_view(counts: &Counts) -> SplitView {

@@ -2,9 +2,10 @@
 //! behind `stage --entry`, `verify FP` and the daemon's stagings (which run
 //! `ferry stage --entry`).
 
-use crate::cache::layout::{CacheLayout, is_short_fingerprint};
+use crate::cache::layout::{BY_NAME_DIR, CacheLayout, is_short_fingerprint};
 use crate::cache::manifest::{Manifest, ManifestError};
 use crate::errors::{Failure, Fault, IoError};
+use crate::fsutil::untrusted::{self, Dir};
 
 #[derive(Debug, thiserror::Error)]
 pub enum LookupError {
@@ -50,5 +51,19 @@ pub fn find_entry(cache: &CacheLayout, prefix: &str) -> Result<Manifest, LookupE
         [one] => Ok(Manifest::load_entry(cache.entry(one).root())?),
         [] => Err(no_entry()),
         _ => Err(LookupError::Ambiguous { prefix, matches }),
+    }
+}
+
+/// The published entry `by-name/<name_or_prefix>` points at, else the one whose
+/// fingerprint starts with it. The link is read through the cache's descriptor (a
+/// symlinked `by-name/` is not followed) and used only if it has the form ferry writes.
+pub fn find_named_entry(cache: &CacheLayout, name_or_prefix: &str) -> Result<Manifest, LookupError> {
+    let named = untrusted::check_name(name_or_prefix)
+        .ok()
+        .and_then(|()| Dir::open(cache.root()).and_then(|root| root.open_dir(BY_NAME_DIR)).ok())
+        .and_then(|by_name| by_name.read_link(name_or_prefix).ok());
+    match named.as_deref().and_then(CacheLayout::by_name_entry) {
+        Some(short) => find_entry(cache, short),
+        None => find_entry(cache, name_or_prefix),
     }
 }
