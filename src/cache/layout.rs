@@ -129,25 +129,26 @@ impl CacheLayout {
 
     /// Records this layout's version in a new cache, and refuses a cache laid out
     /// by an incompatible ferry (rather than misreading it).
-    /// Creates (or opens) directories below the root, `/`-separated paths of plain
-    /// names, following no symlink on the way. Builds, memo files, `entries/` and
-    /// `by-name/` are then written by path: a cache writer who had put a symlink at
-    /// `building`, say, would otherwise have another user's `prepare` create its files
-    /// wherever the link points.
-    pub fn create_own_dirs(&self, relative: &[String]) -> std::io::Result<()> {
+    /// Creates (or opens) `dirs`, paths below the root, following no symlink below
+    /// it. Builds, memo files, `entries/` and `by-name/` are then written by path: a
+    /// cache writer who had put a symlink at `building`, say, would otherwise have
+    /// another user's `prepare` create its files wherever the link points.
+    pub fn create_own_dirs(&self, dirs: &[PathBuf]) -> std::io::Result<()> {
         let root = Dir::open(&self.root)?;
-        for path in relative {
-            let mut dir = root.create_dir(path.split('/').next().unwrap_or_default())?;
-            for name in path.split('/').skip(1) {
-                dir = dir.create_dir(name)?;
-            }
+        for dir in dirs {
+            let below = dir.strip_prefix(&self.root).map_err(|_| {
+                std::io::Error::other(format!("{} is not inside the cache {}", dir.display(), self.root.display()))
+            })?;
+            let mut names = below.iter().map(|name| name.to_string_lossy());
+            let first = root.create_dir(&names.next().unwrap_or_default())?;
+            names.try_fold(first, |dir, name| dir.create_dir(&name))?;
         }
         Ok(())
     }
 
     /// The top-level directories a build writes through.
-    pub fn build_dirs() -> Vec<String> {
-        [BUILDING_DIR, ENTRIES_DIR, BY_NAME_DIR, MEMO_DIR, USED_DIR].map(String::from).to_vec()
+    pub fn build_dirs(&self) -> Vec<PathBuf> {
+        [BUILDING_DIR, ENTRIES_DIR, BY_NAME_DIR, MEMO_DIR, USED_DIR].map(|name| self.root.join(name)).to_vec()
     }
 
     pub fn check_version(&self) -> std::io::Result<()> {

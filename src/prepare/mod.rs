@@ -130,7 +130,7 @@ pub fn prepare(spec: &Spec, cache: &CacheLayout, options: &PrepareOptions) -> Re
     let started = Instant::now();
     cache.check_version().map_err(|source| PrepareError::Layout { path: cache.root().to_path_buf(), source })?;
     cache
-        .create_own_dirs(&CacheLayout::build_dirs())
+        .create_own_dirs(&cache.build_dirs())
         .map_err(|source| PrepareError::Layout { path: cache.root().to_path_buf(), source })?;
     let located = locate(spec, cache)?;
     let short = located.fingerprint.short();
@@ -230,16 +230,10 @@ fn set_up_build(
 ) -> Result<Option<(EntryLayout, Manifest)>, PrepareError> {
     let dirs: Vec<PathBuf> =
         located.splits.iter().map(|split| build.parts_dir(&split.name)).chain([build.claims_dir()]).collect();
-    // Below the root, by plain names: created without following a symlink a cache writer put there.
-    let relative: Vec<String> = dirs
-        .iter()
-        .filter_map(|dir| dir.strip_prefix(cache.root()).ok())
-        .map(|dir| dir.to_string_lossy().into_owned())
-        .collect();
     let mut attempt = 0;
     loop {
         attempt += 1;
-        let Err(err) = cache.create_own_dirs(&relative) else {
+        let Err(err) = cache.create_own_dirs(&dirs) else {
             return Ok(None);
         };
         if let Some(found) = published(cache, &located.fingerprint)? {

@@ -77,7 +77,7 @@ struct EncodedBatch {
 fn encode_batch(
     context: &ShardContext,
     path: &std::path::Path,
-    batch: &mut [Document],
+    batch: Vec<Document>,
     first_index: u64,
     kind: EncoderKind,
 ) -> Result<EncodedBatch, ShardError> {
@@ -97,7 +97,8 @@ fn encode_batch(
             Ok(context.encoders.with_bos_eos(ids))
         })
         .collect::<Result<Vec<_>, _>>()?;
-    Ok(EncodedBatch { ids, sources: batch.iter_mut().map(|document| document.source.take()).collect() })
+    // The texts are done with here; only the sources go on to the writer.
+    Ok(EncodedBatch { ids, sources: batch.into_iter().map(|document| document.source).collect() })
 }
 
 /// A batch's encoded documents (or why there are none), in input order.
@@ -238,9 +239,7 @@ impl<'a> Batches<'a> {
             if cancelled.load(Ordering::Relaxed) {
                 return;
             }
-            let mut documents = documents;
-            let result = encode_batch(context, path, &mut documents, first_index, kind);
-            drop(documents);
+            let result = encode_batch(context, path, documents, first_index, kind);
             let _ = sender.send(Encoded { sequence, result, _slot: Some(slot) });
         });
     }
