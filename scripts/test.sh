@@ -7,7 +7,7 @@
 #     Megatron files back (FERRY_TEST_MEGATRON=0 skips it);
 #   - maturin and ziglang from PyPI, to build the wheel the pip-route tests install;
 #   - cargo-fuzz (crates.io), for scripts/fuzz.sh on the nightly toolchain;
-#   - as root: Slurm and munge from Debian packages (for the end-to-end test and,
+#   - as root: Slurm, munge and GlusterFS from Debian packages (for the end-to-end test and,
 #     with iproute2, a three-node cluster in network namespaces for the multi-node
 #     tests), rsync, systemd (for `systemd-analyze verify`), and zsh and fish (to
 #     load ferry's completions in them).
@@ -109,6 +109,8 @@ if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
   command -v ip >/dev/null || missing+=(iproute2)
   command -v zsh >/dev/null || missing+=(zsh)
   command -v fish >/dev/null || missing+=(fish)
+  command -v glusterd >/dev/null || missing+=(glusterfs-server)
+  command -v glusterfs >/dev/null || missing+=(glusterfs-client)
   if [ ${#missing[@]} -gt 0 ]; then
     say "installing ${missing[*]} (Debian packages)"
     (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}") >/dev/null 2>&1 \
@@ -123,15 +125,21 @@ if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
     else
       skip "the Slurm cluster did not start (logs in $slurm_dir/log); the end-to-end test will be skipped"
     fi
-    # Three nodes on this machine, each in its own network and UTS namespace.
+    # Three nodes on this machine, each in its own network, UTS and mount namespace,
+    # with $SCRATCH on a GlusterFS volume that each node mounts with its own client.
     multinode_dir="$root/target/slurm-multinode"
-    say "starting a three-node Slurm cluster in $multinode_dir"
-    if command -v ip >/dev/null && command -v nsenter >/dev/null \
-      && conf=$(scripts/slurm/multinode.sh start "$multinode_dir" 3); then
-      trap 'scripts/slurm/multinode.sh stop "$multinode_dir"; scripts/slurm/cluster.sh stop "$slurm_dir"' EXIT
-      export FERRY_MULTINODE_CONF="$conf" FERRY_REQUIRE_MULTINODE=1
+    if ! command -v glusterd >/dev/null || ! command -v glusterfs >/dev/null || [ ! -c /dev/fuse ]; then
+      skip "GlusterFS (glusterfs-server, glusterfs-client) or /dev/fuse is missing; the multi-node tests will be skipped"
+    elif ! command -v ip >/dev/null || ! command -v nsenter >/dev/null; then
+      skip "iproute2 or nsenter is missing; the multi-node tests will be skipped"
     else
-      skip "the three-node Slurm cluster did not start (needs iproute2 and namespaces; logs in $multinode_dir); the multi-node tests will be skipped"
+      say "starting a three-node Slurm cluster on a GlusterFS volume in $multinode_dir"
+      if conf=$(scripts/slurm/multinode.sh start "$multinode_dir" 3); then
+        trap 'scripts/slurm/multinode.sh stop "$multinode_dir"; scripts/slurm/cluster.sh stop "$slurm_dir"' EXIT
+        export FERRY_MULTINODE_CONF="$conf" FERRY_REQUIRE_MULTINODE=1
+      else
+        skip "the three-node Slurm cluster did not start (needs namespaces and FUSE; logs in $multinode_dir/log and $multinode_dir/gluster/log); the multi-node tests will be skipped"
+      fi
     fi
   fi
 else

@@ -1,6 +1,7 @@
 //! On a real Slurm cluster of three nodes on one machine (scripts/slurm/multinode.sh,
-//! started by scripts/test.sh as root): each node its own host name, network
-//! namespace and `SLURM_TMPDIR`, all sharing one `$SCRATCH` that holds the cache.
+//! started by scripts/test.sh as root): each node its own host name, network and
+//! mount namespace, its own FUSE client of the GlusterFS volume that is `$SCRATCH`
+//! and holds the cache, and its own disk at the `SLURM_TMPDIR` path every node shares.
 //! Staging lands on every node's own disk; one build splits across hosts; a node
 //! killed mid-build is taken over once its heartbeat is stale; `gc` on one node
 //! keeps an entry another node is staging.
@@ -147,19 +148,24 @@ fn every_node_stages_into_its_own_slurm_tmpdir_and_trains_from_it() {
         "ferry prepare {spec} --json > prepare.json\n\
          srun --ntasks-per-node=1 --output=stage-%N.out ferry stage {spec}\n\
          HF_DATASETS_OFFLINE=1 srun --ntasks-per-node=1 --output=train-%N.json \"$PYTHON\" {trainer} --data-name three-nodes\n\
-         srun --ntasks-per-node=1 --output=status-%N.json ferry status --json\n",
+         srun --ntasks-per-node=1 --output=status-%N.json ferry status --json\n\
+         srun --ntasks-per-node=1 sh -c 'hostname > \"$SLURM_TMPDIR/host\"'\n\
+         srun --ntasks-per-node=1 --output=host-%N.txt sh -c 'cat \"$SLURM_TMPDIR/host\"'\n",
         spec = spec.display(),
         trainer = repo().join("scripts/train_example.py").display()
     );
     sbatch(&env, &conf, &["--nodes=3"], &script, &[]);
     assert_eq!(json_file(&env.path("prepare.json"))["built"], true);
 
-    let nodes_dir = conf.parent().unwrap().join("nodes");
+    let localscratch = conf.parent().unwrap().join("localscratch");
     for node in ["node1", "node2", "node3"] {
-        // The trainer on this node read only files under this node's own SLURM_TMPDIR.
+        // SLURM_TMPDIR is one path on every node, and each node's is its own disk.
+        let host = std::fs::read_to_string(env.path(&format!("host-{node}.txt"))).unwrap();
+        assert_eq!(host.trim(), node, "{node} read another node's SLURM_TMPDIR");
+        // The trainer on this node read only files under this node's SLURM_TMPDIR.
         let trainer = json_file(&env.path(&format!("train-{node}.json")));
         let tmpdir = trainer["slurm_tmpdir"].as_str().unwrap();
-        assert!(Path::new(tmpdir).starts_with(nodes_dir.join(node).join("tmp")), "{node}: {trainer}");
+        assert_eq!(Path::new(tmpdir).parent(), Some(localscratch.as_path()), "{node}: {trainer}");
         assert_eq!(trainer["all_files_in_slurm_tmpdir"], true, "{node}: {trainer}");
         let files = trainer["files"].as_array().unwrap();
         assert!(!files.is_empty() && trainer["rows"].as_u64().unwrap() > 0, "{node}: {trainer}");
@@ -359,4 +365,197 @@ fn gc_on_one_node_keeps_the_entry_another_node_is_staging() {
     // Once nobody uses it, the same gc removes it.
     let report = gc();
     assert!(!entry.exists(), "{report}");
+}
+
+const SEQ_64: &str = "[sequence]\nseq_len = 64\n";
+
+/// `ferry COMMAND... --json` on `node`, in a job of its own, started now.
+fn spawn_on(node: &str, env: &TestEnv, conf: &Path, args: &[&str]) -> Child {
+    let mut argv = vec!["ferry"];
+    argv.extend_from_slice(args);
+    srun_on(node, env, conf, &argv, &[]).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap()
+}
+
+fn finish_json(node: &str, child: Child) -> serde_json::Value {
+    let output = child.wait_with_output().unwrap();
+    assert!(output.status.success(), "on {node}: {}", describe(&output));
+    serde_json::from_slice(&output.stdout).unwrap_or_else(|e| panic!("on {node}: {e}: {}", describe(&output)))
+}
+
+#[test]
+fn racing_prepares_of_one_spec_on_every_node_build_it_once() {
+    let Some(conf) = cluster() else { return };
+    let env = scratch_env(&conf);
+    env.shards("data", "train", 9, 1500, 16);
+    let spec = env.write("spec.toml", gpt2_spec("race-nodes", "data/*.jsonl.zst", SEQ_64));
+    let spec_arg = spec.to_str().unwrap();
+    // Three jobs submitted at once, one per node: independent prepares, not the tasks of one step.
+    let racers: Vec<(&str, Child)> = ["node1", "node2", "node3"]
+        .map(|node| (node, spawn_on(node, &env, &conf, &["prepare", spec_arg, "--json"])))
+        .into();
+    let results: Vec<serde_json::Value> = racers.into_iter().map(|(node, child)| finish_json(node, child)).collect();
+
+    assert_eq!(results.iter().filter(|r| r["built"] == true).count(), 1, "one publisher: {results:?}");
+    assert!(results.iter().all(|r| r["fingerprint"] == results[0]["fingerprint"]), "{results:?}");
+    let tokenized: u64 = results.iter().map(|r| r["shards_tokenized_here"].as_u64().unwrap()).sum();
+    assert_eq!(tokenized, 9, "each shard tokenized once: {results:?}");
+    assert!(entry_data_files(&only_entry(&env.cache())) == one_process_build(&env, &spec), "byte-identical entry");
+}
+
+/// Every entry visible in the cache is whole: its manifest readable and every file it
+/// lists there with its size.
+fn assert_published_entries_whole(cache: &Path) {
+    for entry in std::fs::read_dir(cache.join("entries")).into_iter().flatten().flatten() {
+        let Ok(text) = std::fs::read_to_string(entry.path().join("manifest.json")) else {
+            // Gone between the listing and the read (gc's rename into the trash) is fine.
+            assert!(!entry.path().exists(), "{} is visible without its manifest", entry.path().display());
+            continue;
+        };
+        let manifest: serde_json::Value = serde_json::from_str(&text).unwrap();
+        for file in manifest["files"].as_array().unwrap() {
+            let path = entry.path().join(file["path"].as_str().unwrap());
+            let size = std::fs::metadata(&path).map(|m| m.len()).ok();
+            assert!(
+                size == file["size"].as_u64() || !entry.path().exists(),
+                "{} is visible with {} missing or short",
+                entry.path().display(),
+                path.display()
+            );
+        }
+    }
+}
+
+#[test]
+fn gc_racing_a_prepare_on_another_node_deletes_nothing_in_use() {
+    let Some(conf) = cluster() else { return };
+    let env = scratch_env(&conf);
+    env.shards("old", "train", 2, 200, 17);
+    env.shards("new", "train", 9, 2500, 18);
+    let old_spec = env.write("old.toml", gpt2_spec("old", "old/*.jsonl.zst", SEQ_64));
+    let new_spec = env.write("new.toml", gpt2_spec("new", "new/*.jsonl.zst", SEQ_64));
+    env.prepare(&old_spec, &[]);
+    let old_entry = only_entry(&env.cache());
+
+    // gc on node1 keeps only the most recently used entry, over and over while node2 builds.
+    let mut prepare = spawn_on("node2", &env, &conf, &["prepare", new_spec.to_str().unwrap(), "--json"]);
+    let mut reports = Vec::new();
+    loop {
+        let finished = prepare.try_wait().unwrap().is_some();
+        reports.push(finish_json("node1", spawn_on("node1", &env, &conf, &["gc", "--keep", "1", "--json"])));
+        assert_published_entries_whole(&env.cache());
+        if finished {
+            break;
+        }
+    }
+    let built = finish_json("node2", prepare);
+    assert_eq!(built["built"], true, "{built}");
+    assert!(reports.len() > 1, "the build ended before gc could race it: {reports:?}");
+
+    // gc removed the old entry, never the build in progress or the entry it published.
+    let removed: Vec<&serde_json::Value> = reports.iter().flat_map(|r| r["removed"].as_array().unwrap()).collect();
+    for item in &removed {
+        assert!(item["name"] == "old" && ["entry", "link"].contains(&item["kind"].as_str().unwrap()), "{removed:?}");
+    }
+    assert!(!old_entry.exists(), "the unused entry outlived gc: {reports:?}");
+    let short = built["fingerprint"].as_str().unwrap()[..16].to_string();
+    let verified = env.json(&["verify", &short, "--json"]);
+    assert_eq!(verified[0]["problems"].as_array().map(Vec::len), Some(0), "{verified}");
+}
+
+#[test]
+fn a_cache_reached_by_another_path_on_one_node_keeps_its_fingerprint() {
+    let Some(conf) = cluster() else { return };
+    let env = scratch_env(&conf);
+    env.shards("data", "train", 3, 300, 19);
+    let spec = env.write("spec.toml", gpt2_spec("two-paths", "data/*.jsonl.zst", SEQ_64));
+    let first = finish_json("node1", spawn_on("node1", &env, &conf, &["prepare", spec.to_str().unwrap(), "--json"]));
+    assert_eq!(first["built"], true, "{first}");
+
+    // node2 mounts the same volume at another path, as sites mount $SCRATCH at
+    // different places, and prepares and stages through it.
+    let scratch = conf.parent().unwrap().join("scratch");
+    let tree = env.dir.path().strip_prefix(&scratch).unwrap();
+    let script = format!(
+        "other=\"$SLURM_TMPDIR/other-mount\" && mkdir -p \"$other\" && mount --bind {scratch} \"$other\" && \
+         export FERRY_CACHE=\"$other/{tree}/cache\" && \
+         ferry prepare \"$other/{tree}/spec.toml\" --json > \"$other/{tree}/second.json\" && \
+         ferry stage \"$other/{tree}/spec.toml\" --json > \"$other/{tree}/stage.json\"",
+        scratch = scratch.display(),
+        tree = tree.display()
+    );
+    run_ok(srun_on(
+        "node2",
+        &env,
+        &conf,
+        &["unshare", "--mount", "--propagation", "private", "sh", "-c", &script],
+        &[],
+    ));
+    let second = json_file(&env.path("second.json"));
+    assert_eq!(second["fingerprint"], first["fingerprint"], "{second}");
+    assert_eq!(second["built"], false, "the entry built through the other path was not found: {second}");
+    assert_eq!(json_file(&env.path("stage.json"))["phase"], "done");
+    only_entry(&env.cache());
+}
+
+/// Regular files under `dir`, recursively.
+fn regular_files(dir: &Path) -> usize {
+    walkdir::WalkDir::new(dir).into_iter().flatten().filter(|e| e.file_type().is_file()).count()
+}
+
+#[test]
+fn a_stage_killed_on_one_node_resumes_and_copies_only_what_is_missing() {
+    let Some(conf) = cluster() else { return };
+    let env = scratch_env(&conf);
+    env.shards("data", "train", 12, 2000, 20);
+    let spec = env.write("spec.toml", gpt2_spec("killed-stage", "data/*.jsonl.zst", SEQ_64));
+    env.prepare(&spec, &[]);
+    let entry = only_entry(&env.cache());
+    let total = json_file(&entry.join("manifest.json"))["files"].as_array().unwrap().len() + 1;
+    // One job on node2: a stage the test kills part-way, then the same stage again, then a verifying one.
+    let script = format!(
+        "ferry stage {spec} --jobs 1 --json > first.json || echo $? > first.exit\n\
+         ferry stage {spec} --json > second.json\n\
+         ferry stage {spec} --verify --json > third.json\n",
+        spec = spec.display()
+    );
+    let job = sbatch_spawn(&env, &conf, &["--nodes=1", "--nodelist=node2"], &script, &[]);
+    // The job's destination, seen from the machine: node2's disk under the cluster's directory.
+    let node_tmp = conf.parent().unwrap().join("nodes/node2/tmp");
+    let staged_dir = || -> Option<PathBuf> {
+        let job_dir = std::fs::read_dir(&node_tmp)
+            .ok()?
+            .flatten()
+            .find(|d| d.file_name().to_string_lossy().starts_with("job_"))?;
+        Some(job_dir.path().join("ferry/entries").join(entry.file_name().unwrap()))
+    };
+    let namespace = namespace(&conf, "node2");
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let landed_at_kill = loop {
+        assert!(Instant::now() < deadline, "the first stage never had some but not all files landed");
+        if let Some(dir) = staged_dir() {
+            let pids = ferry_processes(&namespace);
+            signal(&pids, "STOP");
+            let landed = regular_files(&dir);
+            if !pids.is_empty() && landed > 0 && landed < total {
+                signal(&pids, "KILL");
+                break landed;
+            }
+            signal(&pids, "CONT");
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    };
+    sbatch_finish(&env, job);
+
+    assert!(env.path("first.exit").exists(), "the first stage was not killed");
+    let second = json_file(&env.path("second.json"));
+    assert_eq!(second["phase"], "done", "{second}");
+    let skipped = second["files_skipped"].as_u64().unwrap() as usize;
+    assert!(skipped >= landed_at_kill, "{landed_at_kill} files had landed, the resume skipped {skipped}: {second}");
+    assert_eq!(skipped + second["files_copied"].as_u64().unwrap() as usize, total, "{second}");
+    let third = json_file(&env.path("third.json"));
+    assert_eq!(
+        (third["files_copied"].as_u64(), third["files_skipped"].as_u64()),
+        (Some(0), Some(total as u64)),
+        "every file whole after the resume: {third}"
+    );
 }
