@@ -182,6 +182,10 @@ pub struct StageArgs {
     /// Return once the mirror exists; a detached process copies (see `ferry wait`).
     #[arg(long)]
     pub background: bool,
+    /// Send the entry's files to every node of this Slurm job with sbcast, reading the
+    /// shared copy once; `srun --ntasks-per-node=1 ferry stage` then lands them on each node.
+    #[arg(long, conflicts_with_all = ["background", "src"])]
+    pub broadcast: bool,
     /// Print the result as JSON.
     #[arg(long)]
     pub json: bool,

@@ -367,6 +367,93 @@ fn gc_on_one_node_keeps_the_entry_another_node_is_staging() {
     assert!(!entry.exists(), "{report}");
 }
 
+/// Bytes the volume's brick has served to readers since `clear_brick_reads`, from
+/// GlusterFS's own per-brick counters (`volume profile`).
+fn brick_bytes_read(conf: &Path) -> u64 {
+    let info = gluster(conf, &["info", "cumulative"]);
+    let line = info.lines().find(|line| line.trim_start().starts_with("Data Read:"));
+    let line = line.unwrap_or_else(|| panic!("no Data Read in the volume profile:\n{info}"));
+    line.split_whitespace().nth(2).and_then(|bytes| bytes.parse().ok()).unwrap_or_else(|| panic!("{line}"))
+}
+
+fn clear_brick_reads(conf: &Path) {
+    gluster(conf, &["info", "clear"]);
+}
+
+/// `gluster volume profile VOLUME ARGS` against the cluster's own glusterd.
+fn gluster(conf: &Path, args: &[&str]) -> String {
+    let dir = conf.parent().unwrap();
+    let read = |name: &str| std::fs::read_to_string(dir.join(name)).unwrap().trim().to_string();
+    let socket = format!("--glusterd-sock={}", read("gluster-socket"));
+    let mut command = Command::new("gluster");
+    command.args(["--mode=script", &socket, "volume", "profile", &read("gluster-volume")]).args(args);
+    run_ok(command)
+}
+
+/// The size of an entry's files, as its manifest lists them.
+fn entry_bytes(entry: &Path) -> u64 {
+    let manifest = json_file(&entry.join("manifest.json"));
+    manifest["files"].as_array().unwrap().iter().map(|file| file["size"].as_u64().unwrap()).sum()
+}
+
+#[test]
+fn broadcast_reads_the_shared_copy_once_and_every_node_lands_it() {
+    let Some(conf) = cluster() else { return };
+    let env = scratch_env(&conf);
+    env.shards("data", "train", 6, 3000, 15);
+    let spec = env.write("spec.toml", gpt2_spec("broadcast", "data/*.jsonl.zst", "[sequence]\nseq_len = 64\n"));
+    env.prepare(&spec, &[]);
+    let entry = only_entry(&env.cache());
+    let bytes = entry_bytes(&entry);
+    // On node2, one large file arrives damaged (same size, one byte changed): with
+    // --verify it is caught and that one file comes from the cache instead.
+    let script = format!(
+        "ferry stage {spec} --broadcast --json > broadcast.json\n\
+         srun --nodes=1 --ntasks=1 --nodelist=node2 sh -c 'f=$(ls \"$SLURM_TMPDIR\"/.ferry-incoming.* | grep -v pack | head -n 1) && printf X | dd of=\"$f\" bs=1 seek=1000 conv=notrunc status=none'\n\
+         srun --ntasks-per-node=1 --output=stage-%N.json --error=stage-%N.err ferry stage {spec} --verify --json\n\
+         srun --ntasks-per-node=1 --output=verify-%N.json ferry verify --dest \"$SLURM_TMPDIR/ferry\" --json\n\
+         srun --ntasks-per-node=1 --output=left-%N.txt sh -c 'ls -A \"$SLURM_TMPDIR\"'\n",
+        spec = spec.display()
+    );
+    clear_brick_reads(&conf);
+    // Data files travel whole, one sbcast call each; the small files of the entry in one pack.
+    sbatch(&env, &conf, &["--nodes=3"], &script, &[("FERRY_BROADCAST_PACK_BELOW", "1MiB")]);
+    let read = brick_bytes_read(&conf);
+    // Three nodes staged, and the shared copy was read about once (plus the manifest and
+    // metadata), and once more for node2's damaged file.
+    let largest = json_file(&entry.join("manifest.json"))["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["size"].as_u64().unwrap())
+        .max()
+        .unwrap();
+    assert!(
+        read <= bytes + bytes / 10 + largest,
+        "the brick served {read} bytes for a {bytes}-byte entry staged on 3 nodes"
+    );
+
+    let sent = json_file(&env.path("broadcast.json"));
+    let files = sent["files"].as_u64().unwrap();
+    let packed = sent["files_packed"].as_u64().unwrap();
+    assert!(packed > 0 && packed < files, "{sent}");
+    assert_eq!(
+        sent["sbcast_calls"].as_u64().unwrap(),
+        files - packed + 1,
+        "one call per large file and one pack: {sent}"
+    );
+    for node in ["node1", "node2", "node3"] {
+        let staged = json_file(&env.path(&format!("stage-{node}.json")));
+        assert_eq!(staged["phase"], "done", "{node}: {staged}");
+        let received = if node == "node2" { files - 1 } else { files };
+        assert_eq!(staged["files_received"].as_u64(), Some(received), "{node}: {staged}");
+        let verified = json_file(&env.path(&format!("verify-{node}.json")));
+        assert_eq!(verified[0]["problems"].as_array().map(Vec::len), Some(0), "{node}: {verified}");
+        let left = std::fs::read_to_string(env.path(&format!("left-{node}.txt"))).unwrap();
+        assert!(!left.contains(".ferry-incoming"), "{node} kept what arrived after landing it:\n{left}");
+    }
+}
+
 const SEQ_64: &str = "[sequence]\nseq_len = 64\n";
 
 /// `ferry COMMAND... --json` on `node`, in a job of its own, started now.

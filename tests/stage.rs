@@ -298,6 +298,28 @@ fn background_stage_returns_with_the_mirror_ready_and_wait_blocks_until_done() {
 }
 
 #[test]
+fn broadcast_outside_a_job_or_without_the_destination_parent_says_what_to_do() {
+    let env = TestEnv::new();
+    let (spec, _) = prepared_entry(&env, "broadcast-here", 7);
+    let broadcast = |dest: &Path, job: Option<&str>| {
+        let mut command = env.ferry();
+        command.args(["stage", spec.to_str().unwrap(), "--broadcast", "--dest", dest.to_str().unwrap()]);
+        match job {
+            Some(id) => command.env("SLURM_JOB_ID", id),
+            None => command.env_remove("SLURM_JOB_ID"),
+        };
+        command.output().unwrap()
+    };
+    let output = broadcast(&env.path("node/ferry"), None);
+    assert_eq!(output.status.code(), Some(1), "{}", describe(&output));
+    assert!(String::from_utf8_lossy(&output.stderr).contains("needs a Slurm job"), "{}", describe(&output));
+    let output = broadcast(&env.path("missing/ferry"), Some("1"));
+    assert_eq!(output.status.code(), Some(1), "{}", describe(&output));
+    assert!(String::from_utf8_lossy(&output.stderr).contains("must exist on every node"), "{}", describe(&output));
+    assert!(!env.path("missing").exists(), "a failed broadcast created its destination's parent");
+}
+
+#[test]
 fn stage_without_a_destination_or_prepared_entry_says_what_to_do() {
     let env = TestEnv::new();
     env.shards("data", "train", 1, 10, 6);

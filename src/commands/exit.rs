@@ -51,6 +51,7 @@ fn fault_of(cause: &(dyn Error + 'static)) -> Option<Fault> {
         crate::spec::FormatsError,
         crate::spec::SpecError,
         crate::stage::StageError,
+        crate::stage::broadcast::BroadcastError,
         crate::stage::copy::CopyError,
         crate::tokenizer::EncodeError,
         crate::tokenizer::TokenizerError,

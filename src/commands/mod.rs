@@ -62,8 +62,13 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
             let (dest, cache) = (dest(args.dest.clone())?, cache_layout(args.cache.cache.clone()));
             let jobs = settings.stage_jobs(args.jobs).value;
             let target = stage::StageTarget::from_flags(args.spec, args.entry, args.src, args.files_from)?;
-            let request =
-                stage::StageRequest { target, verify: args.verify, background: args.background, json: args.json };
+            let request = stage::StageRequest {
+                target,
+                verify: args.verify,
+                background: args.background,
+                broadcast: args.broadcast,
+                json: args.json,
+            };
             stage::run(request, &cache, dest, jobs, progress)
         }
         Command::Wait { dest: flag, entry, json } => stage::wait(dest(flag)?, entry.as_deref(), json),

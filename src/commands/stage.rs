@@ -50,6 +50,8 @@ pub struct StageRequest {
     pub target: StageTarget,
     pub verify: bool,
     pub background: bool,
+    /// Send the files to the job's nodes instead of staging here.
+    pub broadcast: bool,
     pub json: bool,
 }
 
@@ -74,11 +76,44 @@ pub fn run(
     if request.background {
         return start_background(&plan, &options, cache);
     }
+    if request.broadcast {
+        return broadcast(&plan, &dest, request.json);
+    }
     let report = stage::stage(&plan, &options).with_context(|| format!("staging into {}", dest.display()))?;
     if request.json {
         out!("{}", serde_json::to_string_pretty(&report)?)?;
     } else {
         print_report(&report)?;
+    }
+    Ok(())
+}
+
+/// `--broadcast`: sends the entry to every node of the job, under a lease so gc
+/// keeps it meanwhile.
+fn broadcast(plan: &StagePlan, dest: &Path, json: bool) -> anyhow::Result<()> {
+    let pack_below = match std::env::var("FERRY_BROADCAST_PACK_BELOW") {
+        Ok(text) => parse_size::parse_size(&text).map_err(|err| {
+            UserError(format!("FERRY_BROADCAST_PACK_BELOW={text:?}: {err}; write a size such as 16MiB"))
+        })?,
+        Err(_) => stage::broadcast::PACK_BELOW,
+    };
+    let _lease = stage::take_lease(plan, "broadcast")?;
+    let report = stage::broadcast::send(plan, dest, pack_below)
+        .with_context(|| format!("broadcasting {} ({}) to the job's nodes", plan.name, plan.id))?;
+    if json {
+        out!("{}", serde_json::to_string_pretty(&report)?)?;
+    } else {
+        out!(
+            "sent {} ({}) to every node of the job: {} files ({} packed), {} in {} sbcast call(s), {:.2} s",
+            report.name,
+            report.id,
+            report.files,
+            report.files_packed,
+            bytesize::ByteSize(report.bytes),
+            report.sbcast_calls,
+            report.seconds
+        )?;
+        out!("arrived in {}; `srun --ntasks-per-node=1 ferry stage` lands it on each node", report.incoming.display())?;
     }
     Ok(())
 }
@@ -191,8 +226,12 @@ fn print_report(report: &StageReport) -> std::io::Result<()> {
     let copied = bytesize::ByteSize(s.bytes_copied);
     out!("staged {} ({}) into {}", s.name, s.id, report.dest_root.display())?;
     out!(
-        "{} files copied, {}{} already there; {} in {:.2} s ({}/s){}",
+        "{} files copied{}, {}{} already there; {} in {:.2} s ({}/s){}",
         report.files_copied,
+        match report.files_received {
+            0 => String::new(),
+            received => format!(" ({received} from the broadcast)"),
+        },
         match report.files_linked {
             0 => String::new(),
             linked => format!("{linked} hard-linked to an identical copy, "),

@@ -26,9 +26,22 @@ const BUFFER_BYTES: usize = 1 << 20;
 pub struct Source {
     pub dir: Arc<Dir>,
     pub relative: String,
+    /// Where the bytes begin when `relative` packs several files (a broadcast's
+    /// pack); `None` for a file of its own, whose size must match exactly.
+    pub packed_at: Option<u64>,
 }
 
 impl Source {
+    /// A file of its own.
+    pub fn whole(dir: Arc<Dir>, relative: impl Into<String>) -> Source {
+        Source { dir, relative: relative.into(), packed_at: None }
+    }
+
+    /// Where the copied bytes begin in the opened file.
+    fn start(&self) -> u64 {
+        self.packed_at.unwrap_or(0)
+    }
+
     fn open(&self) -> io::Result<File> {
         self.dir.open_file(&self.relative)
     }
@@ -155,11 +168,16 @@ pub fn copy_all(jobs: &[CopyJob], in_flight: usize, verify: bool, counters: &Cop
     failures.into_inner().unwrap_or_else(|e| e.into_inner())
 }
 
-/// Opens a source and checks its size against the plan's before any byte is copied.
+/// Opens a source and checks its size against the plan's before any byte is copied
+/// (a pack must hold the whole file at its place).
 fn open_source(job: &CopyJob) -> Result<File, CopyError> {
     let source = job.source.open().map_err(source_error("opening", job))?;
     let found = source.metadata().map_err(source_error("checking", job))?.len();
-    if found != job.size {
+    let fits = match job.source.packed_at {
+        None => found == job.size,
+        Some(start) => start.checked_add(job.size).is_some_and(|end| end <= found),
+    };
+    if !fits {
         return Err(CopyError::Size { path: job.source.path(), expected: job.size, found });
     }
     Ok(source)
@@ -173,7 +191,7 @@ fn copy_whole(job: &CopyJob, verify: bool, counters: &CopyCounters) -> Result<()
     } else {
         copy_range(&source, &landing.file, 0, job.size, job, counters)
     };
-    drop_cached(&source, 0, job.size);
+    drop_cached(&source, job.source.start(), job.size);
     match result {
         Ok(()) => Ok(landing.land(&job.dest).map_err(IoError::at("landing", &job.dest))?),
         Err(err) => {
@@ -208,6 +226,11 @@ fn with_buffer<T>(work: impl FnOnce(&mut [u8]) -> T) -> T {
 fn copy_hashing(source: &mut File, dest: &mut File, job: &CopyJob, counters: &CopyCounters) -> Result<(), CopyError> {
     let mut hasher = blake3::Hasher::new();
     let mut copied = 0u64;
+    let mut source = Read::take(&*source, job.size);
+    if job.source.start() > 0 {
+        io::Seek::seek(source.get_mut(), io::SeekFrom::Start(job.source.start()))
+            .map_err(source_error("reading", job))?;
+    }
     with_buffer(|buffer| {
         loop {
             let n = source.read(buffer).map_err(source_error("reading", job))?;
@@ -246,7 +269,7 @@ fn prepare_chunked(job: &CopyJob) -> Result<Chunked, CopyError> {
 fn copy_chunk(job: &CopyJob, state: &Chunked, offset: u64, len: u64, counters: &CopyCounters) -> Result<(), CopyError> {
     let source = job.source.open().map_err(source_error("opening", job))?;
     copy_range(&source, &state.landing.file, offset, offset + len, job, counters)?;
-    drop_cached(&source, offset, len);
+    drop_cached(&source, job.source.start() + offset, len);
     Ok(())
 }
 
@@ -254,8 +277,8 @@ fn copy_chunk(job: &CopyJob, state: &Chunked, offset: u64, len: u64, counters: &
 /// refusal every copy goes straight to the read/write loop.
 static IN_KERNEL_COPY: AtomicBool = AtomicBool::new(true);
 
-/// Copies bytes `offset..end` of `source` to the same place in `dest`, in the
-/// kernel where it allows, else through a buffer.
+/// Copies bytes `offset..end` of the file (its source's start added when packed)
+/// to the same place in `dest`, in the kernel where it allows, else through a buffer.
 fn copy_range(
     source: &File,
     dest: &File,
@@ -264,12 +287,13 @@ fn copy_range(
     job: &CopyJob,
     counters: &CopyCounters,
 ) -> Result<(), CopyError> {
-    let (mut source_offset, mut dest_offset) = (offset, offset);
-    while source_offset < end && IN_KERNEL_COPY.load(Ordering::Relaxed) {
-        let want = (end - source_offset) as usize;
+    let start = job.source.start();
+    let (mut source_offset, mut dest_offset) = (start + offset, offset);
+    while dest_offset < end && IN_KERNEL_COPY.load(Ordering::Relaxed) {
+        let want = (end - dest_offset) as usize;
         match rustix::fs::copy_file_range(source, Some(&mut source_offset), dest, Some(&mut dest_offset), want) {
             Ok(0) => {
-                return Err(CopyError::Size { path: job.source.path(), expected: job.size, found: source_offset });
+                return Err(CopyError::Size { path: job.source.path(), expected: job.size, found: dest_offset });
             }
             Ok(n) => {
                 counters.bytes_done.fetch_add(n as u64, Ordering::Relaxed);
@@ -285,8 +309,8 @@ fn copy_range(
             }
         }
     }
-    if source_offset < end {
-        copy_range_by_buffer(source, dest, source_offset, end, job, counters)?;
+    if dest_offset < end {
+        copy_range_by_buffer(source, dest, dest_offset, end, job, counters)?;
     }
     Ok(())
 }
@@ -299,10 +323,11 @@ fn copy_range_by_buffer(
     job: &CopyJob,
     counters: &CopyCounters,
 ) -> Result<(), CopyError> {
+    let start = job.source.start();
     with_buffer(|buffer| {
         while offset < end {
             let want = buffer.len().min((end - offset) as usize);
-            let n = source.read_at(&mut buffer[..want], offset).map_err(source_error("reading", job))?;
+            let n = source.read_at(&mut buffer[..want], start + offset).map_err(source_error("reading", job))?;
             if n == 0 {
                 return Err(CopyError::Size { path: job.source.path(), expected: job.size, found: offset });
             }
@@ -345,7 +370,7 @@ mod tests {
         let dest = dir.join("dest").join(name);
         std::fs::create_dir_all(dest.parent().unwrap()).unwrap();
         std::os::unix::fs::symlink(&source, &dest).unwrap();
-        let source = Source { dir: Arc::new(Dir::open(&dir.join("src")).unwrap()), relative: name.into() };
+        let source = Source::whole(Arc::new(Dir::open(&dir.join("src")).unwrap()), name);
         CopyJob { source, dest, size: bytes.len() as u64, blake3: Some(blake3::hash(bytes).to_hex().to_string()) }
     }
 

@@ -6,6 +6,7 @@
 //! releases the lock when its holder dies). Others wait for it, then find the
 //! files complete and copy nothing.
 
+pub mod broadcast;
 pub mod command;
 pub mod copy;
 mod guard;
@@ -77,6 +78,8 @@ pub struct StageReport {
     /// Files with the bytes of another file of the entry, hard-linked to its copy.
     pub files_linked: u64,
     pub files_skipped: u64,
+    /// Files landed from what `stage --broadcast` sent to this node (counted in `files_copied`).
+    pub files_received: u64,
     pub seconds: f64,
     pub dest_root: PathBuf,
     pub waited_for_another_stager: bool,
@@ -126,6 +129,22 @@ fn mirror_tree(src: &Path, dest: &Path, listed: &HashSet<&str>) -> std::io::Resu
     mirror::link_files(src, dest, &files)
 }
 
+/// A lease of `kind` on the plan's entry, so gc keeps it while this process works;
+/// none for a drop-in, or in a cache this user may only read (a site-wide one).
+pub fn take_lease(plan: &StagePlan, kind: &str) -> Result<Option<Lease>, StageError> {
+    let PlanKind::Entry { cache } = &plan.kind else { return Ok(None) };
+    match Lease::acquire(cache, &plan.id, kind) {
+        Ok(lease) => Ok(Some(lease)),
+        Err(err)
+            if matches!(err.kind(), std::io::ErrorKind::PermissionDenied | std::io::ErrorKind::ReadOnlyFilesystem) =>
+        {
+            tracing::warn!(cache = %cache.root().display(), error = %err, "cannot take a lease in a read-only cache; gc cannot see this staging");
+            Ok(None)
+        }
+        Err(err) => Err(IoError::at("taking a lease in", cache.root())(err).into()),
+    }
+}
+
 /// Stages in the foreground: lock, mirror, copy what is missing, check sizes.
 pub fn stage(plan: &StagePlan, options: &StageOptions) -> Result<StageReport, StageError> {
     let started = Instant::now();
@@ -134,25 +153,7 @@ pub fn stage(plan: &StagePlan, options: &StageOptions) -> Result<StageReport, St
     // By sizes only: hashing here would hash every staged file again under the lock.
     check_free(dest, twins::split(plan, pending_files(plan, false)).0.iter().map(|f| f.size).sum())?;
     // The lease comes first: a stager waiting for another one still needs the entry.
-    let _lease = match &plan.kind {
-        PlanKind::Entry { cache } => match Lease::acquire(cache, &plan.id, "stage") {
-            Ok(lease) => Some(lease),
-            // A cache this user may only read (a site-wide one): stage without a lease.
-            Err(err)
-                if matches!(
-                    err.kind(),
-                    std::io::ErrorKind::PermissionDenied | std::io::ErrorKind::ReadOnlyFilesystem
-                ) =>
-            {
-                tracing::warn!(cache = %cache.root().display(), error = %err, "cannot take a lease in a read-only cache; gc cannot see this staging");
-                None
-            }
-            Err(err) => {
-                return Err(IoError::at("taking a lease in", cache.root())(err).into());
-            }
-        },
-        PlanKind::DropIn => None,
-    };
+    let _lease = take_lease(plan, "stage")?;
     let lock = lock_destination(dest)?;
     let waited = lock.waited;
     tracing::debug!(seconds = started.elapsed().as_secs_f64(), "space checked, destination locked");
@@ -191,7 +192,7 @@ fn stage_locked(
     check_free(dest, pending.iter().map(|f| f.size).sum())?;
     // Each copy's size is checked as it lands, against the manifest (or the stat above).
     let copy_job = |file: &PlannedFile| CopyJob {
-        source: copy::Source { dir: plan.source.clone(), relative: file.relative.clone() },
+        source: copy::Source::whole(plan.source.clone(), file.relative.clone()),
         dest: plan.dest_root.join(&file.relative),
         size: file.size,
         blake3: file.blake3.clone(),
@@ -204,7 +205,8 @@ fn stage_locked(
 
     current.phase = Phase::Copying;
     let counters = Arc::new(CopyCounters::default());
-    let (failures, linked) = {
+    let arrived = broadcast::Arrived::find(plan, dest);
+    let (failures, linked, received) = {
         let _ticker = state_ticker(dest.clone(), current.clone(), counters.clone(), already_files, already_bytes);
         let _reporter = start_reporter(
             options.progress,
@@ -215,12 +217,16 @@ fn stage_locked(
             already_files + twins.len() as u64,
             already_bytes + twin_bytes,
         );
+        let received = match &arrived {
+            Some(arrived) => land_arrived(arrived, plan, &mut copies, options, &counters),
+            None => 0,
+        };
         let mut failures = copy::copy_all(&copies, options.jobs, options.verify, &counters);
         let (linked, refused) = twins::link(plan, &twins);
         let refused: Vec<CopyJob> = refused.into_iter().map(copy_job).collect();
         failures.extend(copy::copy_all(&refused, options.jobs, options.verify, &counters));
         copies.extend(refused);
-        (failures, linked)
+        (failures, linked, received)
     };
     tracing::debug!(seconds = started.elapsed().as_secs_f64(), "copies landed");
     let copied_bytes = counters.bytes_done.load(Ordering::Relaxed);
@@ -238,15 +244,62 @@ fn stage_locked(
     }
     current.phase = Phase::Done;
     staging::write(dest, current).map_err(IoError::at("writing state in", dest))?;
+    if let Some(arrived) = arrived {
+        arrived.remove();
+    }
     Ok(StageReport {
         state: current.clone(),
         files_copied: copied_files,
         files_linked: linked_files,
         files_skipped: already_files,
+        files_received: received,
         seconds,
         dest_root: plan.dest_root.clone(),
         waited_for_another_stager: false,
     })
+}
+
+/// Lands the files of `copies` that arrived by broadcast, from there; leaves in
+/// `copies` the ones still to copy from the cache: those that did not arrive, and
+/// those whose landing failed (a partial or damaged arrival). Returns how many landed.
+fn land_arrived(
+    arrived: &broadcast::Arrived,
+    plan: &StagePlan,
+    copies: &mut Vec<CopyJob>,
+    options: &StageOptions,
+    counters: &CopyCounters,
+) -> u64 {
+    let blake3: std::collections::HashMap<&str, &str> =
+        plan.files.iter().filter_map(|f| Some((f.relative.as_str(), f.blake3.as_deref()?))).collect();
+    let (mut from_cache, mut received) = (Vec::new(), Vec::new());
+    for job in copies.drain(..) {
+        match arrived.source_for(&job, blake3.get(job.source.relative.as_str()).copied()) {
+            Some(source) => received.push((CopyJob { source, ..job.clone() }, job)),
+            None => from_cache.push(job),
+        }
+    }
+    let landing: Vec<CopyJob> = received.iter().map(|(job, _)| job.clone()).collect();
+    for err in copy::copy_all(&landing, options.jobs, options.verify, counters) {
+        // Said without the copy errors' advice, which is about the cache's copy.
+        let why = match &err {
+            CopyError::Hash { path, .. } => format!("{}: its blake3 differs from the manifest's", path.display()),
+            CopyError::Size { path, expected, found } => {
+                format!("{}: {found} bytes where the manifest says {expected}", path.display())
+            }
+            CopyError::Io(err) => err.to_string(),
+        };
+        tracing::warn!(why, "a file that arrived by broadcast did not land; copying it from the cache");
+    }
+    let mut landed = 0;
+    for (job, cache_job) in received {
+        if is_regular(&job.dest) {
+            landed += 1;
+        } else {
+            from_cache.push(cache_job);
+        }
+    }
+    *copies = from_cache;
+    landed
 }
 
 /// Points every file whose copy failed at the shared copy, so the mirror is

@@ -56,6 +56,7 @@ complete -c ferry -n "__fish_ferry_using_subcommand stage" -l cache -d 'Cache ro
 complete -c ferry -n "__fish_ferry_using_subcommand stage" -s j -l jobs -d 'Copies in flight [default: 16 per core ($SLURM_CPUS_PER_TASK, else all cores), 16 to 64]' -r
 complete -c ferry -n "__fish_ferry_using_subcommand stage" -l verify -d 'Check every file\'s blake3 against the manifest while copying'
 complete -c ferry -n "__fish_ferry_using_subcommand stage" -l background -d 'Return once the mirror exists; a detached process copies (see `ferry wait`)'
+complete -c ferry -n "__fish_ferry_using_subcommand stage" -l broadcast -d 'Send the entry\'s files to every node of this Slurm job with sbcast, reading the shared copy once; `srun --ntasks-per-node=1 ferry stage` then lands them on each node'
 complete -c ferry -n "__fish_ferry_using_subcommand stage" -l json -d 'Print the result as JSON'
 complete -c ferry -n "__fish_ferry_using_subcommand stage" -s v -l verbose -d 'More log output (-v: debug, -vv: trace). RUST_LOG overrides'
 complete -c ferry -n "__fish_ferry_using_subcommand stage" -s q -l quiet -d 'Only errors on stderr, no progress'
