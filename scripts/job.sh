@@ -24,6 +24,11 @@ echo "$prepared"
 name=$("$python" -c 'import json, sys; print(json.load(sys.stdin)["name"])' <<< "$prepared")
 
 # 2. Once per node: mirror the cache as symlinks, copy this entry's files to local disk.
+#    On several nodes, the shared copy is read once: sbcast first sends it to every
+#    node, and each node's stage lands what arrived.
+if [ "$SLURM_JOB_NUM_NODES" -gt 1 ]; then
+  ferry stage "$spec" --broadcast
+fi
 srun --ntasks="$SLURM_JOB_NUM_NODES" --ntasks-per-node=1 ferry stage "$spec"
 
 # 3. What is cached, and this node's staging.
