@@ -184,7 +184,7 @@ pub struct StageArgs {
     pub background: bool,
     /// Send the entry's files to every node of this Slurm job with sbcast, reading the
     /// shared copy once; `srun --ntasks-per-node=1 ferry stage` then lands them on each node.
-    #[arg(long, conflicts_with_all = ["background", "src"])]
+    #[arg(long, conflicts_with_all = ["background", "src", "verify"])]
     pub broadcast: bool,
     /// Print the result as JSON.
     #[arg(long)]

@@ -298,7 +298,7 @@ fn background_stage_returns_with_the_mirror_ready_and_wait_blocks_until_done() {
 }
 
 #[test]
-fn broadcast_outside_a_job_or_without_the_destination_parent_says_what_to_do() {
+fn broadcast_outside_a_job_or_into_a_missing_or_shared_parent_says_what_to_do() {
     let env = TestEnv::new();
     let (spec, _) = prepared_entry(&env, "broadcast-here", 7);
     let broadcast = |dest: &Path, job: Option<&str>| {
@@ -317,6 +317,13 @@ fn broadcast_outside_a_job_or_without_the_destination_parent_says_what_to_do() {
     assert_eq!(output.status.code(), Some(1), "{}", describe(&output));
     assert!(String::from_utf8_lossy(&output.stderr).contains("must exist on every node"), "{}", describe(&output));
     assert!(!env.path("missing").exists(), "a failed broadcast created its destination's parent");
+    // sbcast would write through a link another user planted in a directory they can write.
+    let shared = env.path("shared");
+    std::fs::create_dir(&shared).unwrap();
+    std::fs::set_permissions(&shared, std::os::unix::fs::PermissionsExt::from_mode(0o1777)).unwrap();
+    let output = broadcast(&shared.join("ferry"), Some("1"));
+    assert_eq!(output.status.code(), Some(1), "{}", describe(&output));
+    assert!(String::from_utf8_lossy(&output.stderr).contains("must be yours alone"), "{}", describe(&output));
 }
 
 #[test]

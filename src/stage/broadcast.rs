@@ -9,20 +9,23 @@
 //!
 //! ```text
 //! <parent>/.ferry-incoming.<fp16>.<blake3>   a large file, whole, named by its content
-//! <parent>/.ferry-incoming.<fp16>.pack       the small files, one after another
+//! <parent>/.ferry-incoming.<fp16>.pack       sent last: the index of what was sent, then
+//!                                            the small files' bytes one after another
 //! ```
 //!
 //! sbcast's man page warns against loops of calls (each one is a request to
-//! slurmctld): one call per large file, and one for the pack. The pack starts with
-//! its length-prefixed JSON index (path, size, offset of each file). Everything that
-//! arrived is untrusted: the index is bounded and each of its files must be a file of
-//! the plan with the plan's size, a large file must carry the name of the manifest's
-//! blake3 and belong to the user, and every copy out of them is checked as a copy
-//! from the cache is (size; blake3 with `--verify`). What is missing or fails is
-//! copied from the cache instead.
+//! slurmctld): one call per distinct large file, and one for the pack. A stage
+//! looks for the pack only, one failed open when nothing was broadcast.
+//!
+//! sbcast writes as the user, truncating whatever the name leads to, so that
+//! directory must be the user's alone: owned by them, writable by nobody else, as
+//! `$SLURM_TMPDIR` is. Elsewhere another user could plant a link there. What arrived
+//! is still untrusted: the index is bounded and must name files of the plan with the
+//! plan's sizes, and every copy out of it is checked as a copy from the cache is
+//! (size; blake3 with `--verify`). What is missing or fails is copied from the cache.
 
-use std::collections::HashMap;
-use std::io::{self, Read, Seek, Write};
+use std::collections::{HashMap, HashSet};
+use std::io::{self, Read, Write};
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
@@ -30,8 +33,8 @@ use std::process::Command;
 use std::sync::Arc;
 use std::time::Instant;
 
-use super::StagePlan;
 use super::copy::{CopyJob, Source};
+use super::{PlannedFile, StagePlan};
 use crate::errors::{Failure, Fault, IoError};
 use crate::fsutil::untrusted::Dir;
 
@@ -50,6 +53,10 @@ pub enum BroadcastError {
         "{dir} does not exist on this node; --broadcast sends into the destination's parent, which must exist on every node of the job (the default destination $SLURM_TMPDIR/ferry has $SLURM_TMPDIR)"
     )]
     NoParent { dir: PathBuf },
+    #[error(
+        "{dir} is {why}; --broadcast writes into the destination's parent, which must be yours alone: use a destination in $SLURM_TMPDIR"
+    )]
+    SharedParent { dir: PathBuf, why: String },
     #[error(
         "--broadcast stages a prepared entry; a drop-in directory (--src) is copied by each node's `ferry stage` instead"
     )]
@@ -84,6 +91,7 @@ pub struct BroadcastReport {
     pub id: String,
     /// Where the files arrived on every node.
     pub incoming: PathBuf,
+    /// Files sent (the manifest is not: each node reads it from the cache anyway).
     pub files: usize,
     pub files_packed: usize,
     pub bytes: u64,
@@ -91,7 +99,14 @@ pub struct BroadcastReport {
     pub seconds: f64,
 }
 
-/// One entry of a pack's index; `offset` counts from the end of the index.
+/// The pack's index: the large files sent whole (by blake3), and where each small
+/// file's bytes lie after the index.
+#[derive(Debug, Default, serde::Serialize, serde::Deserialize)]
+struct Index {
+    whole: Vec<String>,
+    packed: Vec<Packed>,
+}
+
 #[derive(Debug, serde::Serialize, serde::Deserialize)]
 struct Packed {
     path: String,
@@ -113,9 +128,20 @@ fn pack_name(id: &str) -> String {
     format!(".ferry-incoming.{id}.pack")
 }
 
-/// Sends every file of `plan` (an entry's) to the job's nodes: the large ones
-/// (`pack_below` bytes and up) each with one sbcast call, the others packed into
-/// one file sent with one more.
+/// Why a directory is not the user's alone, if it is not.
+fn not_private(dir: &Dir) -> Option<String> {
+    let stat = match rustix::fs::fstat(dir) {
+        Ok(stat) => stat,
+        Err(errno) => return Some(format!("not readable ({errno})")),
+    };
+    if stat.st_uid != rustix::process::geteuid().as_raw() {
+        return Some(format!("owned by uid {}", stat.st_uid));
+    }
+    (stat.st_mode & 0o022 != 0).then(|| format!("writable by others (mode {:o})", stat.st_mode & 0o777))
+}
+
+/// Sends the plan's files (an entry's) to the job's nodes: each distinct large file
+/// (`pack_below` bytes and up) with one sbcast call, then the pack with one more.
 pub fn send(plan: &StagePlan, dest: &Path, pack_below: u64) -> Result<BroadcastReport, BroadcastError> {
     let started = Instant::now();
     if !matches!(plan.kind, super::PlanKind::Entry { .. }) {
@@ -125,17 +151,15 @@ pub fn send(plan: &StagePlan, dest: &Path, pack_below: u64) -> Result<BroadcastR
         return Err(BroadcastError::NotInJob);
     }
     let incoming = incoming_dir(dest);
-    if !incoming.is_dir() {
-        return Err(BroadcastError::NoParent { dir: incoming });
+    let Ok(dir) = Dir::open(&incoming) else { return Err(BroadcastError::NoParent { dir: incoming }) };
+    if let Some(why) = not_private(&dir) {
+        return Err(BroadcastError::SharedParent { dir: incoming, why });
     }
-    let (whole, packed): (Vec<_>, Vec<_>) = plan.files.iter().partition(|f| f.size >= pack_below && f.blake3.is_some());
-    let mut calls = 0;
-    if !packed.is_empty() {
-        let mut pack = crate::fsutil::temp_file_in(&incoming).map_err(IoError::at("creating a pack in", &incoming))?;
-        write_pack(plan, &packed, pack.as_file_mut())?;
-        sbcast(pack.path(), &incoming.join(pack_name(&plan.id)))?;
-        calls += 1;
-    }
+    // The manifest has no blake3 to check it by: each node reads it from the cache.
+    let (whole, packed): (Vec<&PlannedFile>, Vec<&PlannedFile>) =
+        plan.files.iter().filter(|f| f.blake3.is_some()).partition(|f| f.size >= pack_below);
+    let mut sent = HashSet::new();
+    let whole: Vec<&PlannedFile> = whole.into_iter().filter(|f| sent.insert(f.blake3.clone())).collect();
     for file in &whole {
         let source = open_checked(plan, &file.relative, file.size)?;
         // sbcast opens the file through this process's descriptor: the one opened
@@ -143,16 +167,18 @@ pub fn send(plan: &StagePlan, dest: &Path, pack_below: u64) -> Result<BroadcastR
         let by_descriptor = PathBuf::from(format!("/proc/{}/fd/{}", std::process::id(), source.as_raw_fd()));
         let blake3 = file.blake3.as_deref().unwrap_or_default();
         sbcast(&by_descriptor, &incoming.join(whole_name(&plan.id, blake3)))?;
-        calls += 1;
     }
+    let mut pack = crate::fsutil::temp_file_in(&incoming).map_err(IoError::at("creating a pack in", &incoming))?;
+    write_pack(plan, &whole, &packed, pack.as_file_mut())?;
+    sbcast(pack.path(), &incoming.join(pack_name(&plan.id)))?;
     Ok(BroadcastReport {
         name: plan.name.clone(),
         id: plan.id.clone(),
         incoming,
-        files: plan.files.len(),
+        files: whole.len() + packed.len(),
         files_packed: packed.len(),
-        bytes: plan.files.iter().map(|f| f.size).sum(),
-        sbcast_calls: calls,
+        bytes: whole.iter().chain(&packed).map(|f| f.size).sum(),
+        sbcast_calls: whole.len() + 1,
         seconds: started.elapsed().as_secs_f64(),
     })
 }
@@ -169,22 +195,30 @@ fn open_checked(plan: &StagePlan, relative: &str, size: u64) -> Result<std::fs::
 }
 
 /// The pack: the index's length (8 bytes, little-endian), the index (JSON), then
-/// the files' bytes in the index's order.
-fn write_pack(plan: &StagePlan, files: &[&super::PlannedFile], pack: &mut std::fs::File) -> Result<(), BroadcastError> {
+/// the small files' bytes in the index's order.
+fn write_pack(
+    plan: &StagePlan,
+    whole: &[&PlannedFile],
+    packed: &[&PlannedFile],
+    pack: &mut std::fs::File,
+) -> Result<(), BroadcastError> {
     let mut offset = 0;
-    let index: Vec<Packed> = files
-        .iter()
-        .map(|f| {
-            let packed = Packed { path: f.relative.clone(), size: f.size, offset };
-            offset += f.size;
-            packed
-        })
-        .collect();
+    let index = Index {
+        whole: whole.iter().filter_map(|f| f.blake3.clone()).collect(),
+        packed: packed
+            .iter()
+            .map(|f| {
+                let packed = Packed { path: f.relative.clone(), size: f.size, offset };
+                offset += f.size;
+                packed
+            })
+            .collect(),
+    };
     let index = serde_json::to_vec(&index).expect("an index serializes");
     let writing = |err| IoError { doing: "writing a pack for", path: plan.source_root.clone(), source: err };
     pack.write_all(&(index.len() as u64).to_le_bytes()).map_err(writing)?;
     pack.write_all(&index).map_err(writing)?;
-    for file in files {
+    for file in packed {
         let source = open_checked(plan, &file.relative, file.size)?;
         let copied = io::copy(&mut source.take(file.size), pack).map_err(writing)?;
         if copied != file.size {
@@ -217,7 +251,7 @@ fn sbcast(source: &Path, dest: &Path) -> Result<(), BroadcastError> {
 /// What arrived for a plan on this node, found once per stage.
 pub struct Arrived {
     dir: Arc<Dir>,
-    /// blake3 -> the name of a whole file that arrived.
+    /// blake3 -> the name of a large file that arrived whole.
     whole: HashMap<String, String>,
     /// path in the entry -> (size, where its bytes begin in the pack).
     packed: HashMap<String, (u64, u64)>,
@@ -225,35 +259,37 @@ pub struct Arrived {
 }
 
 impl Arrived {
-    /// What arrived beside `dest` for `plan`; `None` when nothing did (the common case).
+    /// What arrived beside `dest` for `plan`; `None` when nothing did (the common
+    /// case, one failed open) or what did cannot be trusted (said in a warning).
     pub fn find(plan: &StagePlan, dest: &Path) -> Option<Arrived> {
-        let prefix = format!(".ferry-incoming.{}.", plan.id);
         let dir = Dir::open(&incoming_dir(dest)).ok()?;
-        let names: Vec<String> =
-            dir.list().ok()?.into_iter().map(|item| item.name).filter(|name| name.starts_with(&prefix)).collect();
-        if names.is_empty() {
-            return None;
-        }
-        let mine = |name: &str| dir.open_file(name).ok().filter(is_mine);
-        let whole = names
-            .iter()
-            .filter_map(|name| Some((name.strip_prefix(&prefix)?.to_string(), name.clone())))
-            .filter(|(blake3, name)| blake3 != "pack" && mine(name).is_some())
-            .collect();
         let pack = pack_name(&plan.id);
-        let packed = match names.contains(&pack).then(|| mine(&pack)).flatten() {
-            Some(file) => read_index(plan, file).unwrap_or_else(|why| {
-                tracing::warn!(pack = %dir.display_path(&pack).display(), why, "ignoring a broadcast pack");
-                HashMap::new()
-            }),
-            None => HashMap::new(),
+        let pack_file = dir.open_file(&pack).ok()?;
+        let refuse = |why: String| {
+            tracing::warn!(pack = %dir.display_path(&pack).display(), why, "ignoring what was broadcast; copying from the cache");
+            None
         };
+        if let Some(why) = not_private(&dir).or_else(|| (!is_mine(&pack_file)).then(|| "not yours".to_string())) {
+            return refuse(why);
+        }
+        let (whole, packed) = match read_index(plan, pack_file) {
+            Ok(index) => index,
+            Err(why) => return refuse(why),
+        };
+        let whole = whole
+            .into_iter()
+            .map(|blake3| (whole_name(&plan.id, &blake3), blake3))
+            .filter(|(name, _)| dir.open_file(name).is_ok_and(|file| is_mine(&file)))
+            .map(|(name, blake3)| (blake3, name))
+            .collect();
         Some(Arrived { dir: Arc::new(dir), whole, packed, pack })
     }
 
     /// The copy of `job` (from the cache) re-pointed at what arrived, if its file did.
+    /// Only files with a blake3 in the manifest: `--verify` must be able to check them.
     pub fn source_for(&self, job: &CopyJob, blake3: Option<&str>) -> Option<Source> {
-        if let Some(name) = blake3.and_then(|hash| self.whole.get(hash)) {
+        let blake3 = blake3?;
+        if let Some(name) = self.whole.get(blake3) {
             return Some(Source::whole(self.dir.clone(), name.clone()));
         }
         let (size, start) = self.packed.get(&job.source.relative)?;
@@ -264,12 +300,17 @@ impl Arrived {
         })
     }
 
-    /// Removes what arrived, once landed (only this user's files: the directory may be shared).
+    /// Removes a large file that arrived, once landed: the node need not hold it twice.
+    pub fn discard(&self, source: &Source) {
+        if source.packed_at.is_none() && self.whole.values().any(|name| *name == source.relative) {
+            let _ = self.dir.remove_file(&source.relative);
+        }
+    }
+
+    /// Removes what is left of what arrived, once the stage is done.
     pub fn remove(&self) {
         for name in self.whole.values().chain(std::iter::once(&self.pack)) {
-            if self.dir.open_file(name).is_ok_and(|file| is_mine(&file)) {
-                let _ = self.dir.remove_file(name);
-            }
+            let _ = self.dir.remove_file(name);
         }
     }
 }
@@ -278,39 +319,51 @@ fn is_mine(file: &std::fs::File) -> bool {
     file.metadata().is_ok_and(|meta| meta.uid() == rustix::process::geteuid().as_raw())
 }
 
-/// A pack's index, checked against the plan: every file a file of the plan with the
-/// plan's size, lying inside the pack. Returns path -> (size, start in the pack).
-fn read_index(plan: &StagePlan, mut pack: std::fs::File) -> Result<HashMap<String, (u64, u64)>, String> {
+/// A pack's index, checked against the plan: each large file one of the plan's by
+/// blake3, each packed file a file of the plan with the plan's size, lying inside
+/// the pack. Returns the large files' blake3s and path -> (size, start in the pack).
+type ReadIndex = (Vec<String>, HashMap<String, (u64, u64)>);
+fn read_index(plan: &StagePlan, mut pack: std::fs::File) -> Result<ReadIndex, String> {
     let length = pack.metadata().map_err(|e| e.to_string())?.len();
     let mut prefix = [0u8; 8];
     pack.read_exact(&mut prefix).map_err(|e| format!("no index: {e}"))?;
     let index_bytes = u64::from_le_bytes(prefix);
-    if index_bytes > MAX_INDEX_BYTES || 8 + index_bytes > length {
+    let data_start = 8 + index_bytes.min(MAX_INDEX_BYTES + 1);
+    if index_bytes > MAX_INDEX_BYTES || data_start > length {
         return Err(format!("an index of {index_bytes} bytes in a pack of {length}"));
     }
     let mut index = Vec::new();
     (&mut pack).take(index_bytes).read_to_end(&mut index).map_err(|e| e.to_string())?;
-    let index: Vec<Packed> = serde_json::from_slice(&index).map_err(|e| format!("an unreadable index: {e}"))?;
-    let data_start = pack.stream_position().map_err(|e| e.to_string())?;
+    if index.len() as u64 != index_bytes {
+        return Err(format!("an index cut short at {} of {index_bytes} bytes", index.len()));
+    }
+    let index: Index = serde_json::from_slice(&index).map_err(|e| format!("an unreadable index: {e}"))?;
+    let hashes: HashSet<&str> = plan.files.iter().filter_map(|f| f.blake3.as_deref()).collect();
+    if let Some(unknown) = index.whole.iter().find(|blake3| !hashes.contains(blake3.as_str())) {
+        return Err(format!("a large file {unknown:?} that is not one of this entry's"));
+    }
     let sizes: HashMap<&str, u64> = plan.files.iter().map(|f| (f.relative.as_str(), f.size)).collect();
     let mut packed = HashMap::new();
-    for file in index {
-        let fits = file.offset.checked_add(file.size).is_some_and(|end| data_start + end <= length);
-        if sizes.get(file.path.as_str()) != Some(&file.size) || !fits {
-            return Err(format!(
-                "{:?} ({} bytes at {}) is not a file of this entry's",
-                file.path, file.size, file.offset
-            ));
+    for file in index.packed {
+        if sizes.get(file.path.as_str()) != Some(&file.size) {
+            return Err(format!("{:?} ({} bytes) is not a file of this entry's", file.path, file.size));
         }
-        packed.insert(file.path, (file.size, data_start + file.offset));
+        let start = data_start
+            .checked_add(file.offset)
+            .filter(|start| start.checked_add(file.size).is_some_and(|end| end <= length));
+        let Some(start) = start else {
+            return Err(format!("{:?} lies past the pack's end (at {})", file.path, file.offset));
+        };
+        packed.insert(file.path, (file.size, start));
     }
-    Ok(packed)
+    Ok((index.whole, packed))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::stage::{PlanKind, PlannedFile};
+    use crate::stage::PlanKind;
+    use std::io::Seek;
 
     /// A plan over files written into a temporary source directory.
     fn plan(dir: &Path, files: &[(&str, &[u8])]) -> StagePlan {
@@ -352,15 +405,16 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let plan = plan(dir.path(), &[("a.json", b"first"), ("train/b.arrow", b"second file"), ("empty", b"")]);
         let mut pack = tempfile::tempfile().unwrap();
-        let files: Vec<&PlannedFile> = plan.files.iter().collect();
-        write_pack(&plan, &files, &mut pack).unwrap();
+        let (whole, packed) = (vec![&plan.files[1]], vec![&plan.files[0], &plan.files[2]]);
+        write_pack(&plan, &whole, &packed, &mut pack).unwrap();
         pack.rewind().unwrap();
         let mut bytes = Vec::new();
         pack.read_to_end(&mut bytes).unwrap();
         pack.rewind().unwrap();
-        let index = read_index(&plan, pack).unwrap();
-        assert_eq!(index.len(), 3);
-        for (name, expected) in [("a.json", &b"first"[..]), ("train/b.arrow", b"second file"), ("empty", b"")] {
+        let (whole, index) = read_index(&plan, pack).unwrap();
+        assert_eq!(whole, vec![plan.files[1].blake3.clone().unwrap()]);
+        assert_eq!(index.len(), 2);
+        for (name, expected) in [("a.json", &b"first"[..]), ("empty", b"")] {
             let (size, start) = index[name];
             assert_eq!(&bytes[start as usize..(start + size) as usize], expected, "{name}");
         }
@@ -370,21 +424,27 @@ mod tests {
     fn an_index_that_does_not_match_the_plan_is_refused() {
         let dir = tempfile::tempdir().unwrap();
         let plan = plan(dir.path(), &[("a.json", b"first")]);
-        let refused = |index: &[u8], data: &[u8]| read_index(&plan, pack_of(index, data)).unwrap_err();
+        let refused = |packed: &str, data: &[u8]| {
+            let index = format!(r#"{{"whole":[],"packed":[{packed}]}}"#);
+            read_index(&plan, pack_of(index.as_bytes(), data)).unwrap_err()
+        };
         // A file the entry does not have, a size other than the manifest's, bytes past the end.
-        assert!(refused(br#"[{"path":"../../etc/passwd","size":5,"offset":0}]"#, b"first").contains("not a file"));
-        assert!(refused(br#"[{"path":"a.json","size":4,"offset":0}]"#, b"first").contains("not a file"));
-        assert!(refused(br#"[{"path":"a.json","size":5,"offset":1}]"#, b"first").contains("not a file"));
-        let huge = u64::MAX - 3;
-        assert!(
-            refused(format!(r#"[{{"path":"a.json","size":5,"offset":{huge}}}]"#).as_bytes(), b"first")
-                .contains("not a file")
-        );
-        assert!(refused(b"not json", b"").contains("unreadable"));
-        // An index length beyond the file.
-        let mut file = tempfile::tempfile().unwrap();
-        file.write_all(&u64::MAX.to_le_bytes()).unwrap();
-        file.rewind().unwrap();
-        assert!(read_index(&plan, file).unwrap_err().contains("an index of"));
+        assert!(refused(r#"{"path":"../../etc/passwd","size":5,"offset":0}"#, b"first").contains("not a file"));
+        assert!(refused(r#"{"path":"a.json","size":4,"offset":0}"#, b"first").contains("not a file"));
+        assert!(refused(r#"{"path":"a.json","size":5,"offset":1}"#, b"first").contains("past the pack's end"));
+        for offset in [u64::MAX - 3, u64::MAX - 40] {
+            let packed = format!(r#"{{"path":"a.json","size":5,"offset":{offset}}}"#);
+            assert!(refused(&packed, b"first").contains("past the pack's end"), "{offset}");
+        }
+        let unknown = read_index(&plan, pack_of(br#"{"whole":["00ff"],"packed":[]}"#, b"")).unwrap_err();
+        assert!(unknown.contains("not one of this entry's"), "{unknown}");
+        assert!(read_index(&plan, pack_of(b"not json", b"")).unwrap_err().contains("unreadable"));
+        // An index length beyond the file, or beyond any sane index.
+        for length in [u64::MAX, 1000] {
+            let mut file = tempfile::tempfile().unwrap();
+            file.write_all(&length.to_le_bytes()).unwrap();
+            file.rewind().unwrap();
+            assert!(read_index(&plan, file).unwrap_err().contains("an index of"), "{length}");
+        }
     }
 }

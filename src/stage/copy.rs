@@ -97,11 +97,11 @@ struct Chunked {
     failed: AtomicBool,
 }
 
-/// Copies every job with `in_flight` copies at a time; returns the failures (the
-/// other files are still copied).
-pub fn copy_all(jobs: &[CopyJob], in_flight: usize, verify: bool, counters: &CopyCounters) -> Vec<CopyError> {
+/// Copies every job with `in_flight` copies at a time; returns the failures, each
+/// with its job's index (the other files are still copied).
+pub fn copy_all(jobs: &[CopyJob], in_flight: usize, verify: bool, counters: &CopyCounters) -> Vec<(usize, CopyError)> {
     let failures = Mutex::new(Vec::new());
-    let fail = |err: CopyError| failures.lock().unwrap_or_else(|e| e.into_inner()).push(err);
+    let fail = |job: usize, err: CopyError| failures.lock().unwrap_or_else(|e| e.into_inner()).push((job, err));
 
     // Largest first, so the long copies start early and the tail is short; files of
     // one size in hashed order, so concurrent copies land in different directories
@@ -128,7 +128,7 @@ pub fn copy_all(jobs: &[CopyJob], in_flight: usize, verify: bool, counters: &Cop
                     units.push(Unit::Chunk { job: index, offset, len: CHUNK_BYTES.min(job.size - offset) });
                 }
             }
-            Err(err) => fail(err),
+            Err(err) => fail(index, err),
         }
     }
 
@@ -142,20 +142,20 @@ pub fn copy_all(jobs: &[CopyJob], in_flight: usize, verify: bool, counters: &Cop
                             Ok(()) => {
                                 counters.files_done.fetch_add(1, Ordering::Relaxed);
                             }
-                            Err(err) => fail(err),
+                            Err(err) => fail(job, err),
                         },
                         Unit::Chunk { job, offset, len } => {
                             let state = chunked[job].as_ref().expect("chunked jobs have state");
                             if let Err(err) = copy_chunk(&jobs[job], state, offset, len, counters) {
                                 state.failed.store(true, Ordering::Relaxed);
-                                fail(err);
+                                fail(job, err);
                             }
                             if state.chunks_left.fetch_sub(1, Ordering::AcqRel) == 1 {
                                 match finish_chunked(&jobs[job], state) {
                                     Ok(()) => {
                                         counters.files_done.fetch_add(1, Ordering::Relaxed);
                                     }
-                                    Err(Some(err)) => fail(err),
+                                    Err(Some(err)) => fail(job, err),
                                     Err(None) => {}
                                 }
                             }
@@ -206,7 +206,9 @@ fn copy_whole(job: &CopyJob, verify: bool, counters: &CopyCounters) -> Result<()
 /// now hands warm memory to the next copies (and leaves it to the trainer) rather
 /// than leaving it to reclaim. Only advice: where it is ignored, nothing changes.
 fn drop_cached(source: &File, offset: u64, len: u64) {
-    let _ = rustix::fs::fadvise(source, offset, std::num::NonZeroU64::new(len), rustix::fs::Advice::DontNeed);
+    // A length of 0 would mean "to the end of the file": a pack's other files.
+    let Some(len) = std::num::NonZeroU64::new(len) else { return };
+    let _ = rustix::fs::fadvise(source, offset, Some(len), rustix::fs::Advice::DontNeed);
 }
 
 thread_local! {
@@ -438,12 +440,49 @@ mod tests {
     }
 
     #[test]
+    fn files_packed_in_one_source_are_copied_from_their_place() {
+        let dir = tempfile::tempdir().unwrap();
+        let big: Vec<u8> = (0..(CHUNK_BYTES as usize + 4097)).map(|i| (i % 253) as u8).collect();
+        let mut pack = vec![7u8; 1000];
+        pack.extend_from_slice(&big);
+        pack.extend_from_slice(b"tail");
+        std::fs::create_dir_all(dir.path().join("src")).unwrap();
+        std::fs::write(dir.path().join("src/pack"), &pack).unwrap();
+        let source_dir = Arc::new(Dir::open(&dir.path().join("src")).unwrap());
+        for verify in [false, true] {
+            let dest = dir.path().join(format!("dest-{verify}"));
+            std::fs::create_dir_all(&dest).unwrap();
+            let packed = |name: &str, at: usize, bytes: &[u8]| CopyJob {
+                source: Source { dir: source_dir.clone(), relative: "pack".into(), packed_at: Some(at as u64) },
+                dest: dest.join(name),
+                size: bytes.len() as u64,
+                blake3: Some(blake3::hash(bytes).to_hex().to_string()),
+            };
+            let jobs = [packed("big", 1000, &big), packed("tail", 1000 + big.len(), b"tail")];
+            let failures = copy_all(&jobs, 4, verify, &CopyCounters::default());
+            assert!(failures.is_empty(), "{failures:?}");
+            assert!(std::fs::read(dest.join("big")).unwrap() == big, "verify: {verify}");
+            assert_eq!(std::fs::read(dest.join("tail")).unwrap(), b"tail");
+        }
+        // A file said to lie past the pack's end is refused before anything lands.
+        let past = CopyJob {
+            source: Source { dir: source_dir, relative: "pack".into(), packed_at: Some(pack.len() as u64 - 2) },
+            dest: dir.path().join("past"),
+            size: 4,
+            blake3: None,
+        };
+        let failures = copy_all(&[past], 1, false, &CopyCounters::default());
+        assert!(matches!(failures.as_slice(), [(0, CopyError::Size { .. })]), "{failures:?}");
+        assert!(!dir.path().join("past").exists());
+    }
+
+    #[test]
     fn verify_catches_a_corrupted_source_and_keeps_the_symlink() {
         let dir = tempfile::tempdir().unwrap();
         let mut bad = job(dir.path(), "bad", b"original bytes");
         bad.blake3 = Some(blake3::hash(b"other bytes").to_hex().to_string());
         let failures = copy_all(&[bad.clone()], 2, true, &CopyCounters::default());
-        assert!(matches!(failures.as_slice(), [CopyError::Hash { .. }]), "{failures:?}");
+        assert!(matches!(failures.as_slice(), [(0, CopyError::Hash { .. })]), "{failures:?}");
         assert!(bad.dest.symlink_metadata().unwrap().file_type().is_symlink());
         let leftovers: Vec<_> =
             std::fs::read_dir(dir.path().join("dest")).unwrap().flatten().map(|e| e.file_name()).collect();

@@ -238,7 +238,7 @@ fn stage_locked(
     let seconds = started.elapsed().as_secs_f64();
     current.bytes_per_second = copied_bytes as f64 / seconds.max(1e-6);
     current.updated_unix = crate::fsutil::now_unix();
-    if let Some(first) = failures.into_iter().next() {
+    if let Some((_, first)) = failures.into_iter().next() {
         let count = link_what_failed(plan, &copies, &twins);
         return Err(StageError::Copy { dest: dest.clone(), count, first });
     }
@@ -271,35 +271,37 @@ fn land_arrived(
 ) -> u64 {
     let blake3: std::collections::HashMap<&str, &str> =
         plan.files.iter().filter_map(|f| Some((f.relative.as_str(), f.blake3.as_deref()?))).collect();
-    let (mut from_cache, mut received) = (Vec::new(), Vec::new());
+    let (mut from_cache, mut from_cache_instead, mut landing) = (Vec::new(), Vec::new(), Vec::new());
     for job in copies.drain(..) {
         match arrived.source_for(&job, blake3.get(job.source.relative.as_str()).copied()) {
-            Some(source) => received.push((CopyJob { source, ..job.clone() }, job)),
+            Some(source) => {
+                landing.push(CopyJob { source, ..job.clone() });
+                from_cache_instead.push(job);
+            }
             None => from_cache.push(job),
         }
     }
-    let landing: Vec<CopyJob> = received.iter().map(|(job, _)| job.clone()).collect();
-    for err in copy::copy_all(&landing, options.jobs, options.verify, counters) {
+    let mut failed = vec![false; landing.len()];
+    for (index, err) in copy::copy_all(&landing, options.jobs, options.verify, counters) {
+        failed[index] = true;
         // Said without the copy errors' advice, which is about the cache's copy.
         let why = match &err {
-            CopyError::Hash { path, .. } => format!("{}: its blake3 differs from the manifest's", path.display()),
-            CopyError::Size { path, expected, found } => {
-                format!("{}: {found} bytes where the manifest says {expected}", path.display())
-            }
+            CopyError::Hash { .. } => "its blake3 differs from the manifest's".to_string(),
+            CopyError::Size { expected, found, .. } => format!("{found} bytes where the manifest says {expected}"),
             CopyError::Io(err) => err.to_string(),
         };
-        tracing::warn!(why, "a file that arrived by broadcast did not land; copying it from the cache");
+        let file = landing[index].dest.display();
+        tracing::warn!(%file, why, "the copy that arrived by broadcast did not land; copying it from the cache");
     }
-    let mut landed = 0;
-    for (job, cache_job) in received {
-        if is_regular(&job.dest) {
-            landed += 1;
-        } else {
+    for ((job, cache_job), failed) in landing.iter().zip(from_cache_instead).zip(failed.iter()) {
+        if *failed {
             from_cache.push(cache_job);
+        } else {
+            arrived.discard(&job.source);
         }
     }
     *copies = from_cache;
-    landed
+    failed.iter().filter(|failed| !**failed).count() as u64
 }
 
 /// Points every file whose copy failed at the shared copy, so the mirror is
