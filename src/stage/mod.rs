@@ -190,14 +190,7 @@ fn stage_locked(
     tracing::debug!(seconds = started.elapsed().as_secs_f64(), "mirror built");
     // Space again, now that the lock is ours and another stager may have finished.
     check_free(dest, pending.iter().map(|f| f.size).sum())?;
-    // Each copy's size is checked as it lands, against the manifest (or the stat above).
-    let copy_job = |file: &PlannedFile| CopyJob {
-        source: copy::Source::whole(plan.source.clone(), file.relative.clone()),
-        dest: plan.dest_root.join(&file.relative),
-        size: file.size,
-        blake3: file.blake3.clone(),
-    };
-    let mut copies: Vec<CopyJob> = pending.iter().copied().map(copy_job).collect();
+    let mut copies: Vec<CopyJob> = pending.iter().map(|file| cache_copy(plan, file)).collect();
     let twin_bytes: u64 = twins.iter().map(|t| t.file.size).sum();
     let already_bytes: u64 =
         plan.files.iter().map(|f| f.size).sum::<u64>() - copies.iter().map(|j| j.size).sum::<u64>() - twin_bytes;
@@ -217,16 +210,7 @@ fn stage_locked(
             already_files + twins.len() as u64,
             already_bytes + twin_bytes,
         );
-        let received = match &arrived {
-            Some(arrived) => land_arrived(arrived, plan, &mut copies, options, &counters),
-            None => 0,
-        };
-        let mut failures = copy::copy_all(&copies, options.jobs, options.verify, &counters);
-        let (linked, refused) = twins::link(plan, &twins);
-        let refused: Vec<CopyJob> = refused.into_iter().map(copy_job).collect();
-        failures.extend(copy::copy_all(&refused, options.jobs, options.verify, &counters));
-        copies.extend(refused);
-        (failures, linked, received)
+        copy_phase(plan, options, arrived.as_ref(), &mut copies, &twins, &counters)
     };
     tracing::debug!(seconds = started.elapsed().as_secs_f64(), "copies landed");
     let copied_bytes = counters.bytes_done.load(Ordering::Relaxed);
@@ -257,6 +241,37 @@ fn stage_locked(
         dest_root: plan.dest_root.clone(),
         waited_for_another_stager: false,
     })
+}
+
+/// The copy of `file` from the cache. Each copy's size is checked as it lands,
+/// against the manifest (or the stat of a drop-in plan).
+fn cache_copy(plan: &StagePlan, file: &PlannedFile) -> CopyJob {
+    CopyJob {
+        source: copy::Source::whole(plan.source.clone(), file.relative.clone()),
+        dest: plan.dest_root.join(&file.relative),
+        size: file.size,
+        blake3: file.blake3.clone(),
+    }
+}
+
+/// Lands what arrived by broadcast, copies the rest from the cache, then links
+/// the twins (copying those that cannot be linked, which join `copies`). Returns
+/// the failures, the bytes of each linked twin, and how many files were received.
+fn copy_phase(
+    plan: &StagePlan,
+    options: &StageOptions,
+    arrived: Option<&broadcast::Arrived>,
+    copies: &mut Vec<CopyJob>,
+    twins: &[twins::Twin],
+    counters: &CopyCounters,
+) -> (Vec<(usize, CopyError)>, Vec<u64>, u64) {
+    let received = arrived.map_or(0, |arrived| land_arrived(arrived, plan, copies, options, counters));
+    let mut failures = copy::copy_all(copies, options.jobs, options.verify, counters);
+    let (linked, refused) = twins::link(plan, twins);
+    let refused: Vec<CopyJob> = refused.into_iter().map(|file| cache_copy(plan, file)).collect();
+    failures.extend(copy::copy_all(&refused, options.jobs, options.verify, counters));
+    copies.extend(refused);
+    (failures, linked, received)
 }
 
 /// Lands the files of `copies` that arrived by broadcast, from there; leaves in
