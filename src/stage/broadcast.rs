@@ -15,7 +15,9 @@
 //!
 //! sbcast's man page warns against loops of calls (each one is a request to
 //! slurmctld): one call per distinct large file, and one for the pack. A stage
-//! looks for the pack only, one failed open when nothing was broadcast.
+//! looks for the pack only, one failed open when nothing was broadcast. It moves a
+//! large file into place by a rename (the node never holds it twice) and copies the
+//! small ones out of the pack.
 //!
 //! sbcast writes as the user, truncating whatever the name leads to, so that
 //! directory must be the user's alone: owned by them, writable by nobody else, as
@@ -300,6 +302,32 @@ impl Arrived {
         })
     }
 
+    /// Moves a large file that arrived whole to `dest`, by a rename on the same disk,
+    /// if it checks out: the user's, one link, the plan's size, and with `verify`
+    /// the manifest's blake3. A rename of a complete file: a reader of `dest` sees
+    /// what stood there or the whole file.
+    pub fn move_into_place(&self, job: &CopyJob, verify: bool) -> Move {
+        if job.source.packed_at.is_some() {
+            return Move::NotHere;
+        }
+        let Ok(file) = self.dir.open_file(&job.source.relative) else { return Move::NotHere };
+        let checks = file.metadata().is_ok_and(|meta| {
+            meta.uid() == rustix::process::geteuid().as_raw() && meta.nlink() == 1 && meta.len() == job.size
+        });
+        let hash_checks = || {
+            let found = crate::fsutil::blake3_of_reader(&file).map(|hash| hash.to_hex().to_string());
+            job.blake3.as_ref().is_some_and(|expected| found.is_ok_and(|found| found == *expected))
+        };
+        if !checks || (verify && !hash_checks()) {
+            return Move::Damaged;
+        }
+        match rustix::fs::renameat(&*self.dir, job.source.relative.as_str(), rustix::fs::CWD, &job.dest) {
+            Ok(()) => Move::Moved,
+            // Another filesystem, say: the copy engine copies it instead.
+            Err(_) => Move::NotHere,
+        }
+    }
+
     /// Removes a large file that arrived, once landed: the node need not hold it twice.
     pub fn discard(&self, source: &Source) {
         if source.packed_at.is_none() && self.whole.values().any(|name| *name == source.relative) {
@@ -313,6 +341,17 @@ impl Arrived {
             let _ = self.dir.remove_file(name);
         }
     }
+}
+
+/// What became of a large file that arrived whole.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Move {
+    /// It is in place.
+    Moved,
+    /// It does not check out: copy it from the cache.
+    Damaged,
+    /// It could not be moved (packed, or on another filesystem): copy it from where it is.
+    NotHere,
 }
 
 fn is_mine(file: &std::fs::File) -> bool {
@@ -418,6 +457,47 @@ mod tests {
             let (size, start) = index[name];
             assert_eq!(&bytes[start as usize..(start + size) as usize], expected, "{name}");
         }
+    }
+
+    #[test]
+    fn a_large_arrival_is_moved_into_place_only_when_it_checks_out() {
+        let dir = tempfile::tempdir().unwrap();
+        let big = vec![5u8; 4096];
+        let plan = plan(dir.path(), &[("train/a.arrow", &big), ("train/b.arrow", &big[..100]), ("c.json", b"{}")]);
+        // What a broadcast leaves in the destination's parent: two large files whole, one packed.
+        let incoming = dir.path().join("tmpdir");
+        std::fs::create_dir(&incoming).unwrap();
+        let (whole, packed) = (vec![&plan.files[0], &plan.files[1]], vec![&plan.files[2]]);
+        let mut pack = std::fs::File::create(incoming.join(pack_name(&plan.id))).unwrap();
+        write_pack(&plan, &whole, &packed, &mut pack).unwrap();
+        let blake3 = |index: usize| plan.files[index].blake3.clone().unwrap();
+        std::fs::write(incoming.join(whole_name(&plan.id, &blake3(0))), &big).unwrap();
+        let mut damaged = big[..100].to_vec();
+        damaged[7] ^= 1;
+        std::fs::write(incoming.join(whole_name(&plan.id, &blake3(1))), &damaged).unwrap();
+
+        let dest = incoming.join("ferry");
+        let arrived = Arrived::find(&plan, &dest).expect("the pack is found");
+        std::fs::create_dir_all(dest.join("train")).unwrap();
+        let job = |index: usize| {
+            let file = &plan.files[index];
+            let from_cache = CopyJob {
+                source: Source::whole(plan.source.clone(), file.relative.clone()),
+                dest: dest.join(&file.relative),
+                size: file.size,
+                blake3: file.blake3.clone(),
+            };
+            let source = arrived.source_for(&from_cache, file.blake3.as_deref()).expect("it arrived");
+            CopyJob { source, ..from_cache }
+        };
+        assert_eq!(arrived.move_into_place(&job(0), true), Move::Moved);
+        assert_eq!(std::fs::read(dest.join("train/a.arrow")).unwrap(), big);
+        assert!(!incoming.join(whole_name(&plan.id, &blake3(0))).exists(), "moved, not copied");
+        // Damaged on the way: caught by --verify; only the size is checked without it.
+        assert_eq!(arrived.move_into_place(&job(1), true), Move::Damaged);
+        assert!(!dest.join("train/b.arrow").exists());
+        // A packed file is copied out of the pack, never moved.
+        assert_eq!(arrived.move_into_place(&job(2), true), Move::NotHere);
     }
 
     #[test]

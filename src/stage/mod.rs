@@ -274,9 +274,10 @@ fn copy_phase(
     (failures, linked, received)
 }
 
-/// Lands the files of `copies` that arrived by broadcast, from there; leaves in
-/// `copies` the ones still to copy from the cache: those that did not arrive, and
-/// those whose landing failed (a partial or damaged arrival). Returns how many landed.
+/// Lands the files of `copies` that arrived by broadcast: a large file is moved into
+/// place, a packed one copied out of the pack. Leaves in `copies` the ones still to
+/// copy from the cache: those that did not arrive, and those that do not check out
+/// or whose landing failed (a partial or damaged arrival). Returns how many landed.
 fn land_arrived(
     arrived: &broadcast::Arrived,
     plan: &StagePlan,
@@ -287,13 +288,28 @@ fn land_arrived(
     let blake3: std::collections::HashMap<&str, &str> =
         plan.files.iter().filter_map(|f| Some((f.relative.as_str(), f.blake3.as_deref()?))).collect();
     let (mut from_cache, mut from_cache_instead, mut landing) = (Vec::new(), Vec::new(), Vec::new());
+    let mut moved = 0;
     for job in copies.drain(..) {
-        match arrived.source_for(&job, blake3.get(job.source.relative.as_str()).copied()) {
-            Some(source) => {
-                landing.push(CopyJob { source, ..job.clone() });
+        let Some(source) = arrived.source_for(&job, blake3.get(job.source.relative.as_str()).copied()) else {
+            from_cache.push(job);
+            continue;
+        };
+        let arrival = CopyJob { source, ..job.clone() };
+        match arrived.move_into_place(&arrival, options.verify) {
+            broadcast::Move::Moved => {
+                counters.files_done.fetch_add(1, Ordering::Relaxed);
+                counters.bytes_done.fetch_add(job.size, Ordering::Relaxed);
+                moved += 1;
+            }
+            broadcast::Move::Damaged => {
+                let file = job.dest.display();
+                tracing::warn!(%file, "the copy that arrived by broadcast does not check out; copying it from the cache");
+                from_cache.push(job);
+            }
+            broadcast::Move::NotHere => {
+                landing.push(arrival);
                 from_cache_instead.push(job);
             }
-            None => from_cache.push(job),
         }
     }
     let mut failed = vec![false; landing.len()];
@@ -316,7 +332,7 @@ fn land_arrived(
         }
     }
     *copies = from_cache;
-    failed.iter().filter(|failed| !**failed).count() as u64
+    moved + failed.iter().filter(|failed| !**failed).count() as u64
 }
 
 /// Points every file whose copy failed at the shared copy, so the mirror is
