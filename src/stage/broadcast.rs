@@ -253,8 +253,9 @@ fn sbcast(source: &Path, dest: &Path) -> Result<(), BroadcastError> {
 /// What arrived for a plan on this node, found once per stage.
 pub struct Arrived {
     dir: Arc<Dir>,
-    /// blake3 -> the name of a large file that arrived whole.
-    whole: HashMap<String, String>,
+    id: String,
+    /// The blake3s of the large files sent whole (each checked when it is moved).
+    whole: HashSet<String>,
     /// path in the entry -> (size, where its bytes begin in the pack).
     packed: HashMap<String, (u64, u64)>,
     pack: String,
@@ -271,28 +272,25 @@ impl Arrived {
             tracing::warn!(pack = %dir.display_path(&pack).display(), why, "ignoring what was broadcast; copying from the cache");
             None
         };
-        if let Some(why) = not_private(&dir).or_else(|| (!is_mine(&pack_file)).then(|| "not yours".to_string())) {
+        if let Some(why) = not_private(&dir)
+            .or_else(|| (!pack_file.metadata().is_ok_and(|meta| is_mine(&meta))).then(|| "not yours".to_string()))
+        {
             return refuse(why);
         }
         let (whole, packed) = match read_index(plan, pack_file) {
             Ok(index) => index,
             Err(why) => return refuse(why),
         };
-        let whole = whole
-            .into_iter()
-            .map(|blake3| (whole_name(&plan.id, &blake3), blake3))
-            .filter(|(name, _)| dir.open_file(name).is_ok_and(|file| is_mine(&file)))
-            .map(|(name, blake3)| (blake3, name))
-            .collect();
-        Some(Arrived { dir: Arc::new(dir), whole, packed, pack })
+        let whole = whole.into_iter().collect();
+        Some(Arrived { dir: Arc::new(dir), id: plan.id.clone(), whole, packed, pack })
     }
 
-    /// The copy of `job` (from the cache) re-pointed at what arrived, if its file did.
-    /// Only files with a blake3 in the manifest: `--verify` must be able to check them.
-    pub fn source_for(&self, job: &CopyJob, blake3: Option<&str>) -> Option<Source> {
-        let blake3 = blake3?;
-        if let Some(name) = self.whole.get(blake3) {
-            return Some(Source::whole(self.dir.clone(), name.clone()));
+    /// The copy of `job` (from the cache) re-pointed at what arrived, if its file was
+    /// sent. Only files with a blake3 in the manifest: `--verify` must be able to check them.
+    pub fn source_for(&self, job: &CopyJob) -> Option<Source> {
+        let blake3 = job.blake3.as_deref()?;
+        if self.whole.contains(blake3) {
+            return Some(Source::whole(self.dir.clone(), whole_name(&self.id, blake3)));
         }
         let (size, start) = self.packed.get(&job.source.relative)?;
         (*size == job.size).then(|| Source {
@@ -303,17 +301,15 @@ impl Arrived {
     }
 
     /// Moves a large file that arrived whole to `dest`, by a rename on the same disk,
-    /// if it checks out: the user's, one link, the plan's size, and with `verify`
-    /// the manifest's blake3. A rename of a complete file: a reader of `dest` sees
-    /// what stood there or the whole file.
+    /// if it is there and checks out: the user's, one link, the plan's size, and with
+    /// `verify` the manifest's blake3. A rename of a complete file: a reader of `dest`
+    /// sees what stood there or the whole file.
     pub fn move_into_place(&self, job: &CopyJob, verify: bool) -> Move {
         if job.source.packed_at.is_some() {
             return Move::NotHere;
         }
-        let Ok(file) = self.dir.open_file(&job.source.relative) else { return Move::NotHere };
-        let checks = file.metadata().is_ok_and(|meta| {
-            meta.uid() == rustix::process::geteuid().as_raw() && meta.nlink() == 1 && meta.len() == job.size
-        });
+        let Ok(file) = self.dir.open_file(&job.source.relative) else { return Move::Damaged };
+        let checks = file.metadata().is_ok_and(|meta| is_mine(&meta) && meta.nlink() == 1 && meta.len() == job.size);
         let hash_checks = || {
             let found = crate::fsutil::blake3_of_reader(&file).map(|hash| hash.to_hex().to_string());
             job.blake3.as_ref().is_some_and(|expected| found.is_ok_and(|found| found == *expected))
@@ -328,17 +324,17 @@ impl Arrived {
         }
     }
 
-    /// Removes a large file that arrived, once landed: the node need not hold it twice.
+    /// Removes a large file that arrived, once copied: the node need not hold it twice.
     pub fn discard(&self, source: &Source) {
-        if source.packed_at.is_none() && self.whole.values().any(|name| *name == source.relative) {
+        if source.packed_at.is_none() {
             let _ = self.dir.remove_file(&source.relative);
         }
     }
 
     /// Removes what is left of what arrived, once the stage is done.
     pub fn remove(&self) {
-        for name in self.whole.values().chain(std::iter::once(&self.pack)) {
-            let _ = self.dir.remove_file(name);
+        for name in self.whole.iter().map(|blake3| whole_name(&self.id, blake3)).chain([self.pack.clone()]) {
+            let _ = self.dir.remove_file(&name);
         }
     }
 }
@@ -348,14 +344,14 @@ impl Arrived {
 pub enum Move {
     /// It is in place.
     Moved,
-    /// It does not check out: copy it from the cache.
+    /// It is missing or does not check out: copy it from the cache.
     Damaged,
     /// It could not be moved (packed, or on another filesystem): copy it from where it is.
     NotHere,
 }
 
-fn is_mine(file: &std::fs::File) -> bool {
-    file.metadata().is_ok_and(|meta| meta.uid() == rustix::process::geteuid().as_raw())
+fn is_mine(meta: &std::fs::Metadata) -> bool {
+    meta.uid() == rustix::process::geteuid().as_raw()
 }
 
 /// A pack's index, checked against the plan: each large file one of the plan's by
@@ -487,7 +483,7 @@ mod tests {
                 size: file.size,
                 blake3: file.blake3.clone(),
             };
-            let source = arrived.source_for(&from_cache, file.blake3.as_deref()).expect("it arrived");
+            let source = arrived.source_for(&from_cache).expect("it arrived");
             CopyJob { source, ..from_cache }
         };
         assert_eq!(arrived.move_into_place(&job(0), true), Move::Moved);

@@ -265,7 +265,7 @@ fn copy_phase(
     twins: &[twins::Twin],
     counters: &CopyCounters,
 ) -> (Vec<(usize, CopyError)>, Vec<u64>, u64) {
-    let received = arrived.map_or(0, |arrived| land_arrived(arrived, plan, copies, options, counters));
+    let received = arrived.map_or(0, |arrived| land_arrived(arrived, copies, options, counters));
     let mut failures = copy::copy_all(copies, options.jobs, options.verify, counters);
     let (linked, refused) = twins::link(plan, twins);
     let refused: Vec<CopyJob> = refused.into_iter().map(|file| cache_copy(plan, file)).collect();
@@ -280,17 +280,14 @@ fn copy_phase(
 /// or whose landing failed (a partial or damaged arrival). Returns how many landed.
 fn land_arrived(
     arrived: &broadcast::Arrived,
-    plan: &StagePlan,
     copies: &mut Vec<CopyJob>,
     options: &StageOptions,
     counters: &CopyCounters,
 ) -> u64 {
-    let blake3: std::collections::HashMap<&str, &str> =
-        plan.files.iter().filter_map(|f| Some((f.relative.as_str(), f.blake3.as_deref()?))).collect();
     let (mut from_cache, mut from_cache_instead, mut landing) = (Vec::new(), Vec::new(), Vec::new());
     let mut moved = 0;
     for job in copies.drain(..) {
-        let Some(source) = arrived.source_for(&job, blake3.get(job.source.relative.as_str()).copied()) else {
+        let Some(source) = arrived.source_for(&job) else {
             from_cache.push(job);
             continue;
         };
@@ -303,7 +300,7 @@ fn land_arrived(
             }
             broadcast::Move::Damaged => {
                 let file = job.dest.display();
-                tracing::warn!(%file, "the copy that arrived by broadcast does not check out; copying it from the cache");
+                tracing::warn!(%file, "the copy sent by broadcast is missing or does not check out; copying it from the cache");
                 from_cache.push(job);
             }
             broadcast::Move::NotHere => {
