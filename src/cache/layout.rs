@@ -127,8 +127,6 @@ impl CacheLayout {
         self.root.join("layout-version")
     }
 
-    /// Records this layout's version in a new cache, and refuses a cache laid out
-    /// by an incompatible ferry (rather than misreading it).
     /// Creates (or opens) `dirs`, paths below the root, following no symlink below
     /// it. Builds, memo files, `entries/` and `by-name/` are then written by path: a
     /// cache writer who had put a symlink at `building`, say, would otherwise have
@@ -151,6 +149,8 @@ impl CacheLayout {
         [BUILDING_DIR, ENTRIES_DIR, BY_NAME_DIR, MEMO_DIR, USED_DIR].map(|name| self.root.join(name)).to_vec()
     }
 
+    /// Records this layout's version in a new cache, and refuses a cache laid out
+    /// by an incompatible ferry (rather than misreading it).
     pub fn check_version(&self) -> std::io::Result<()> {
         let path = self.layout_version_file();
         match std::fs::read_to_string(&path) {
