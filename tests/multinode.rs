@@ -135,15 +135,44 @@ fn one_process_build(env: &TestEnv, spec: &Path) -> Vec<(String, Vec<u8>)> {
     entry_data_files(&only_entry(&solo))
 }
 
+const SEQ_64: &str = "[sequence]\nseq_len = 64\n";
+
+/// A test tree in `$SCRATCH`: `shards` shards of `documents` documents in `data/`,
+/// and `spec.toml`, a GPT-2 spec named `name` over them. Returns the tree and the spec.
+fn corpus_in_scratch(conf: &Path, name: &str, shards: usize, documents: usize, seed: u64) -> (TestEnv, PathBuf) {
+    let env = scratch_env(conf);
+    env.shards("data", "train", shards, documents, seed);
+    let spec = env.write("spec.toml", gpt2_spec(name, "data/*.jsonl.zst", SEQ_64));
+    (env, spec)
+}
+
+/// `corpus_in_scratch`, prepared: also the entry's directory.
+fn prepared_in_scratch(
+    conf: &Path,
+    name: &str,
+    shards: usize,
+    documents: usize,
+    seed: u64,
+) -> (TestEnv, PathBuf, PathBuf) {
+    let (env, spec) = corpus_in_scratch(conf, name, shards, documents, seed);
+    env.prepare(&spec, &[]);
+    let entry = only_entry(&env.cache());
+    (env, spec, entry)
+}
+
+/// The sizes of an entry's files, as its manifest lists them.
+fn manifest_sizes(entry: &Path) -> Vec<u64> {
+    let manifest = json_file(&entry.join("manifest.json"));
+    manifest["files"].as_array().unwrap().iter().map(|file| file["size"].as_u64().unwrap()).collect()
+}
+
 #[test]
 fn every_node_stages_into_its_own_slurm_tmpdir_and_trains_from_it() {
     let Some(conf) = cluster() else { return };
     if python().is_none() {
         return;
     }
-    let env = scratch_env(&conf);
-    env.shards("data", "train", 3, 200, 11);
-    let spec = env.write("spec.toml", gpt2_spec("three-nodes", "data/*.jsonl.zst", "[sequence]\nseq_len = 64\n"));
+    let (env, spec) = corpus_in_scratch(&conf, "three-nodes", 3, 200, 11);
     let script = format!(
         "ferry prepare {spec} --json > prepare.json\n\
          srun --ntasks-per-node=1 --output=stage-%N.out ferry stage {spec}\n\
@@ -185,10 +214,8 @@ fn every_node_stages_into_its_own_slurm_tmpdir_and_trains_from_it() {
 #[test]
 fn one_build_splits_across_three_hosts_with_one_publisher() {
     let Some(conf) = cluster() else { return };
-    let env = scratch_env(&conf);
     // Shards long enough that the tasks' start-up skew cannot decide the split.
-    env.shards("data", "train", 12, 1500, 12);
-    let spec = env.write("spec.toml", gpt2_spec("split-hosts", "data/*.jsonl.zst", "[sequence]\nseq_len = 64\n"));
+    let (env, spec) = corpus_in_scratch(&conf, "split-hosts", 12, 1500, 12);
     let script =
         format!("srun --output=prepare-%N-%t.json --error=prepare-%N-%t.err ferry prepare {} --json\n", spec.display());
     sbatch(&env, &conf, &["--nodes=3", "--ntasks=6", "--cpus-per-task=1"], &script, &[]);
@@ -247,9 +274,7 @@ fn kill_node_mid_build(conf: &Path, cache: &Path, node: &str) -> Vec<u32> {
 #[test]
 fn a_node_killed_mid_build_is_taken_over_and_its_leases_expire() {
     let Some(conf) = cluster() else { return };
-    let env = scratch_env(&conf);
-    env.shards("data", "train", 9, 2500, 13);
-    let spec = env.write("spec.toml", gpt2_spec("node-dies", "data/*.jsonl.zst", "[sequence]\nseq_len = 64\n"));
+    let (env, spec) = corpus_in_scratch(&conf, "node-dies", 9, 2500, 13);
     // srun must not end the step when one task dies: the survivors carry on.
     let script = format!(
         "srun --kill-on-bad-exit=0 --output=prepare-%N.json --error=prepare-%N.err ferry prepare {} --json || true\n",
@@ -341,11 +366,7 @@ fn stage_frozen_mid_copy(
 #[test]
 fn gc_on_one_node_keeps_the_entry_another_node_is_staging() {
     let Some(conf) = cluster() else { return };
-    let env = scratch_env(&conf);
-    env.shards("data", "train", 6, 3000, 14);
-    let spec = env.write("spec.toml", gpt2_spec("gc-while-staging", "data/*.jsonl.zst", "[sequence]\nseq_len = 64\n"));
-    env.prepare(&spec, &[]);
-    let entry = only_entry(&env.cache());
+    let (env, spec, entry) = prepared_in_scratch(&conf, "gc-while-staging", 6, 3000, 14);
     let leases = env.cache().join("leases").join(entry.file_name().unwrap());
 
     let (stage, frozen) = (0..20)
@@ -390,21 +411,11 @@ fn gluster(conf: &Path, args: &[&str]) -> String {
     run_ok(command)
 }
 
-/// The size of an entry's files, as its manifest lists them.
-fn entry_bytes(entry: &Path) -> u64 {
-    let manifest = json_file(&entry.join("manifest.json"));
-    manifest["files"].as_array().unwrap().iter().map(|file| file["size"].as_u64().unwrap()).sum()
-}
-
 #[test]
 fn broadcast_reads_the_shared_copy_once_and_every_node_lands_it() {
     let Some(conf) = cluster() else { return };
-    let env = scratch_env(&conf);
-    env.shards("data", "train", 6, 3000, 15);
-    let spec = env.write("spec.toml", gpt2_spec("broadcast", "data/*.jsonl.zst", "[sequence]\nseq_len = 64\n"));
-    env.prepare(&spec, &[]);
-    let entry = only_entry(&env.cache());
-    let bytes = entry_bytes(&entry);
+    let (env, spec, entry) = prepared_in_scratch(&conf, "broadcast", 6, 3000, 15);
+    let bytes: u64 = manifest_sizes(&entry).iter().sum();
     // On node2, one large file arrives damaged (same size, one byte changed): with
     // --verify it is caught and that one file comes from the cache instead.
     let script = format!(
@@ -421,13 +432,7 @@ fn broadcast_reads_the_shared_copy_once_and_every_node_lands_it() {
     let read = brick_bytes_read(&conf);
     // Three nodes staged, and the shared copy was read about once (plus the manifest and
     // metadata), and once more for node2's damaged file.
-    let largest = json_file(&entry.join("manifest.json"))["files"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|f| f["size"].as_u64().unwrap())
-        .max()
-        .unwrap();
+    let largest = manifest_sizes(&entry).into_iter().max().unwrap();
     assert!(
         read <= bytes + bytes / 10 + largest,
         "the brick served {read} bytes for a {bytes}-byte entry staged on 3 nodes"
@@ -454,8 +459,6 @@ fn broadcast_reads_the_shared_copy_once_and_every_node_lands_it() {
     }
 }
 
-const SEQ_64: &str = "[sequence]\nseq_len = 64\n";
-
 /// `ferry COMMAND... --json` on `node`, in a job of its own, started now.
 fn spawn_on(node: &str, env: &TestEnv, conf: &Path, args: &[&str]) -> Child {
     let mut argv = vec!["ferry"];
@@ -472,9 +475,7 @@ fn finish_json(node: &str, child: Child) -> serde_json::Value {
 #[test]
 fn racing_prepares_of_one_spec_on_every_node_build_it_once() {
     let Some(conf) = cluster() else { return };
-    let env = scratch_env(&conf);
-    env.shards("data", "train", 9, 1500, 16);
-    let spec = env.write("spec.toml", gpt2_spec("race-nodes", "data/*.jsonl.zst", SEQ_64));
+    let (env, spec) = corpus_in_scratch(&conf, "race-nodes", 9, 1500, 16);
     let spec_arg = spec.to_str().unwrap();
     // Three jobs submitted at once, one per node: independent prepares, not the tasks of one step.
     let racers: Vec<(&str, Child)> = ["node1", "node2", "node3"]
@@ -552,9 +553,7 @@ fn gc_racing_a_prepare_on_another_node_deletes_nothing_in_use() {
 #[test]
 fn a_cache_reached_by_another_path_on_one_node_keeps_its_fingerprint() {
     let Some(conf) = cluster() else { return };
-    let env = scratch_env(&conf);
-    env.shards("data", "train", 3, 300, 19);
-    let spec = env.write("spec.toml", gpt2_spec("two-paths", "data/*.jsonl.zst", SEQ_64));
+    let (env, spec) = corpus_in_scratch(&conf, "two-paths", 3, 300, 19);
     let first = finish_json("node1", spawn_on("node1", &env, &conf, &["prepare", spec.to_str().unwrap(), "--json"]));
     assert_eq!(first["built"], true, "{first}");
 
@@ -592,12 +591,8 @@ fn regular_files(dir: &Path) -> usize {
 #[test]
 fn a_stage_killed_on_one_node_resumes_and_copies_only_what_is_missing() {
     let Some(conf) = cluster() else { return };
-    let env = scratch_env(&conf);
-    env.shards("data", "train", 12, 2000, 20);
-    let spec = env.write("spec.toml", gpt2_spec("killed-stage", "data/*.jsonl.zst", SEQ_64));
-    env.prepare(&spec, &[]);
-    let entry = only_entry(&env.cache());
-    let total = json_file(&entry.join("manifest.json"))["files"].as_array().unwrap().len() + 1;
+    let (env, spec, entry) = prepared_in_scratch(&conf, "killed-stage", 12, 2000, 20);
+    let total = manifest_sizes(&entry).len() + 1;
     // One job on node2: a stage the test kills part-way, then the same stage again, then a verifying one.
     let script = format!(
         "ferry stage {spec} --jobs 1 --json > first.json || echo $? > first.exit\n\
