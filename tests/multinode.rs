@@ -81,8 +81,19 @@ fn sbatch_spawn(env: &TestEnv, conf: &Path, args: &[&str], script: &str, vars: &
 fn sbatch_finish(env: &TestEnv, child: Child) -> String {
     let output = child.wait_with_output().unwrap();
     let log = std::fs::read_to_string(env.path("job.out")).unwrap_or_default();
-    assert!(output.status.success(), "job failed: {}\njob output:\n{log}", describe(&output));
+    assert!(output.status.success(), "job failed: {}\njob output:\n{log}{}", describe(&output), task_errors(env));
     log
+}
+
+/// Every `*.err` file the job's tasks wrote, for a failure message.
+fn task_errors(env: &TestEnv) -> String {
+    let mut files: Vec<_> = std::fs::read_dir(env.dir.path()).unwrap().flatten().map(|f| f.path()).collect();
+    files.sort();
+    files
+        .iter()
+        .filter(|path| path.extension().is_some_and(|ext| ext == "err"))
+        .map(|path| format!("\n{}:\n{}", path.display(), std::fs::read_to_string(path).unwrap_or_default()))
+        .collect()
 }
 
 /// `srun` of one task on `node`, in a job of its own.
