@@ -250,6 +250,35 @@ fn one_build_splits_across_three_hosts_with_one_publisher() {
     assert!(entry_data_files(&only_entry(&env.cache())) == one_process_build(&env, &spec), "byte-identical entry");
 }
 
+#[test]
+fn prepares_racing_into_a_new_cache_on_every_node_all_succeed() {
+    let Some(conf) = cluster() else { return };
+    // Round after round, six processes on three clients create the same new cache
+    // directories at once: a client whose mkdir lost the race can answer ESTALE or
+    // not-found for a moment inside the directory another client made. A word-level
+    // tokenizer keeps each round to the race itself.
+    const ROUNDS: usize = 12;
+    let env = scratch_env(&conf);
+    env.shards("data", "train", 2, 20, 14);
+    env.write("tokenizer.json", WORD_LEVEL_TOKENIZER);
+    let spec = env.write(
+        "spec.toml",
+        "name = \"new-cache\"\n[splits]\ntrain = [\"data/*.jsonl.zst\"]\n[tokenizer]\npath = \"tokenizer.json\"\nensure_bos_eos = false\n",
+    );
+    let script = format!(
+        "for round in $(seq 1 {ROUNDS}); do\n  FERRY_CACHE=$PWD/cache-$round srun --output=/dev/null --error=round-$round-%t.err ferry prepare {}\ndone\n",
+        spec.display()
+    );
+    sbatch(&env, &conf, &["--nodes=3", "--ntasks=6", "--cpus-per-task=1"], &script, &[]);
+    let entries: Vec<PathBuf> = (1..=ROUNDS).map(|round| only_entry(&env.path(&format!("cache-{round}")))).collect();
+    assert!(entries.iter().all(|entry| entry.file_name() == entries[0].file_name()), "{entries:?}");
+}
+
+/// A tokenizer that loads in a moment: every word it does not know is `[UNK]`.
+const WORD_LEVEL_TOKENIZER: &str = r#"{"version": "1.0", "truncation": null, "padding": null, "added_tokens": [],
+"normalizer": null, "pre_tokenizer": {"type": "Whitespace"}, "post_processor": null, "decoder": null,
+"model": {"type": "WordLevel", "vocab": {"[UNK]": 0, "the": 1, "a": 2, "of": 3}, "unk_token": "[UNK]"}}"#;
+
 /// Claim files (shards being tokenized) held by a process on `node`.
 fn claims_held_by(cache: &Path, node: &str) -> usize {
     let Ok(builds) = std::fs::read_dir(cache.join("building")) else { return 0 };

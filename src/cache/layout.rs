@@ -16,6 +16,7 @@
 use std::path::{Path, PathBuf};
 
 use crate::cache::liveness::Liveness;
+use crate::fsutil;
 use crate::fsutil::untrusted::Dir;
 
 /// Version of the cache layout; a cache root records it in `layout-version`.
@@ -132,14 +133,16 @@ impl CacheLayout {
     /// cache writer who had put a symlink at `building`, say, would otherwise have
     /// another user's `prepare` create its files wherever the link points.
     pub fn create_own_dirs(&self, dirs: &[PathBuf]) -> std::io::Result<()> {
-        let root = Dir::open(&self.root)?;
         for dir in dirs {
             let below = dir.strip_prefix(&self.root).map_err(|_| {
                 std::io::Error::other(format!("{} is not inside the cache {}", dir.display(), self.root.display()))
             })?;
-            let mut names = below.iter().map(|name| name.to_string_lossy());
-            let first = root.create_dir(&names.next().unwrap_or_default())?;
-            names.try_fold(first, |dir, name| dir.create_dir(&name))?;
+            // From the root each time: a directory handle met while settling may be stale.
+            fsutil::retry_while_settling(|| {
+                let mut names = below.iter().map(|name| name.to_string_lossy());
+                let first = Dir::open(&self.root)?.create_dir(&names.next().unwrap_or_default())?;
+                names.try_fold(first, |dir, name| dir.create_dir(&name)).map(drop)
+            })?;
         }
         Ok(())
     }
@@ -153,20 +156,25 @@ impl CacheLayout {
     /// by an incompatible ferry (rather than misreading it).
     pub fn check_version(&self) -> std::io::Result<()> {
         let path = self.layout_version_file();
-        match std::fs::read_to_string(&path) {
-            Ok(text) if text.trim() == LAYOUT_VERSION.to_string() => Ok(()),
-            Ok(text) => Err(std::io::Error::other(format!(
-                "the cache has layout version {}, this ferry uses {LAYOUT_VERSION}; use another --cache, or move the old cache away",
-                text.trim()
-            ))),
+        let text = fsutil::retry_while_settling(|| match std::fs::read_to_string(&path) {
             Err(err) if err.kind() == std::io::ErrorKind::NotFound => {
-                crate::fsutil::create_dir_all(&self.root)?;
-                // Several first writers may race; they all write the same bytes, and an
-                // atomic write means no reader ever sees the file empty.
-                crate::fsutil::write_atomic(&path, format!("{LAYOUT_VERSION}\n").as_bytes())
+                fsutil::create_dir_all(&self.root)?;
+                // Several first writers may race: the first file placed stays, and the
+                // others read it back (it could come from another ferry's version).
+                match fsutil::write_once(&path, format!("{LAYOUT_VERSION}\n").as_bytes())? {
+                    true => Ok(format!("{LAYOUT_VERSION}\n")),
+                    false => std::fs::read_to_string(&path),
+                }
             }
-            Err(err) => Err(err),
+            read => read,
+        })?;
+        if text.trim() == LAYOUT_VERSION.to_string() {
+            return Ok(());
         }
+        Err(std::io::Error::other(format!(
+            "the cache has layout version {}, this ferry uses {LAYOUT_VERSION}; use another --cache, or move the old cache away",
+            text.trim()
+        )))
     }
 }
 

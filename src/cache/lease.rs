@@ -41,7 +41,9 @@ pub struct Lease {
 impl Lease {
     pub fn acquire(cache: &CacheLayout, short_fingerprint: &str, kind: &str) -> std::io::Result<Lease> {
         fsutil::create_dir_all(cache.root())?;
-        let dir = Dir::open(cache.root())?.create_dir(LEASES_DIR)?.create_dir(short_fingerprint)?;
+        let dir = fsutil::retry_while_settling(|| {
+            Dir::open(cache.root())?.create_dir(LEASES_DIR)?.create_dir(short_fingerprint)
+        })?;
         let info = LeaseInfo {
             host: fsutil::whoami().host.clone(),
             pid: fsutil::whoami().pid,

@@ -47,17 +47,32 @@ fn write_through_temp(path: &Path, bytes: &[u8], sync: bool) -> io::Result<()> {
     Ok(())
 }
 
+/// Writes `bytes` to `path` unless a file is there already, which is then left as
+/// it is. For files every writer fills with the same bytes (the layout version, a
+/// memo): a file that is never replaced is never swapped under a reader on another
+/// node, which GlusterFS answers with ESTALE mid-read. Returns whether this call wrote it.
+pub fn write_once(path: &Path, bytes: &[u8]) -> io::Result<bool> {
+    let mut file = temp_file_in(parent_dir(path))?;
+    file.write_all(bytes)?;
+    file.as_file().sync_all()?;
+    let temp = file.into_temp_path();
+    let placed = rename_no_replace(&temp, path)?;
+    if placed {
+        // Renamed away: nothing is left for the guard to delete.
+        temp.keep().map_err(|err| err.error)?;
+    }
+    Ok(placed)
+}
+
 /// A temporary file in `dir`, readable by others once renamed into place: the cache is
 /// shared between users, while `tempfile` alone would create it with mode 0600.
 pub fn temp_file_in(dir: &Path) -> io::Result<tempfile::NamedTempFile> {
-    tempfile::Builder::new()
-        .prefix(TEMP_PREFIX)
-        .permissions(std::fs::Permissions::from_mode(0o666))
-        .tempfile_in(dir)
-        .map_err(|err| {
-            let err = io::Error::new(err.kind(), format!("creating a temporary file in {}: {err}", dir.display()));
-            crate::errors::with_owner(err, dir)
-        })
+    let mut builder = tempfile::Builder::new();
+    builder.prefix(TEMP_PREFIX).permissions(std::fs::Permissions::from_mode(0o666));
+    retry_while_settling(|| builder.tempfile_in(dir)).map_err(|err| {
+        let err = io::Error::new(err.kind(), format!("creating a temporary file in {}: {err}", dir.display()));
+        crate::errors::with_owner(err, dir)
+    })
 }
 
 /// Serializes `value` as pretty JSON and writes it atomically.
@@ -90,7 +105,7 @@ pub fn rename_no_replace(from: &Path, to: &Path) -> io::Result<bool> {
 /// Creates `path` only if it does not exist yet, writing `bytes` into it.
 /// Returns `Ok(false)` if it existed. `O_EXCL` is atomic on NFSv3+ and Lustre.
 pub fn create_exclusive(path: &Path, bytes: &[u8]) -> io::Result<bool> {
-    match std::fs::OpenOptions::new().write(true).create_new(true).open(path) {
+    match retry_while_settling(|| std::fs::OpenOptions::new().write(true).create_new(true).open(path)) {
         Ok(mut file) => {
             file.write_all(bytes)?;
             Ok(true)
@@ -151,7 +166,34 @@ pub fn blake3_of_reader(mut file: impl io::Read) -> io::Result<blake3::Hash> {
 
 /// Creates `dir` and its parents.
 pub fn create_dir_all(dir: &Path) -> io::Result<()> {
-    fs::create_dir_all(dir)
+    retry_while_settling(|| fs::create_dir_all(dir))
+}
+
+/// Runs `op` again while it fails with ESTALE or not-found, for a few seconds.
+/// When processes on several nodes create the same directory at once, a client
+/// whose mkdir lost the race can answer either for the next operations in that
+/// directory (seen on GlusterFS, as NFS can). Not-found clears within milliseconds;
+/// ESTALE lasts as long as the client caches the name (GlusterFS: one second by
+/// default), and is never an answer ferry expects. Only for steps that create what
+/// they then use.
+pub fn retry_while_settling<T>(mut op: impl FnMut() -> io::Result<T>) -> io::Result<T> {
+    use std::time::{Duration, Instant};
+    let started = Instant::now();
+    let mut delay = Duration::from_millis(10);
+    loop {
+        let settling = |err: &io::Error| match err.kind() {
+            io::ErrorKind::NotFound => started.elapsed() < Duration::from_millis(300),
+            io::ErrorKind::StaleNetworkFileHandle => started.elapsed() < Duration::from_secs(5),
+            _ => false,
+        };
+        match op() {
+            Err(err) if settling(&err) => {
+                std::thread::sleep(delay);
+                delay = (delay * 2).min(Duration::from_millis(500));
+            }
+            result => return result,
+        }
+    }
 }
 
 /// The host name, as Slurm and `hostname` report it.
@@ -222,6 +264,8 @@ fn parent_dir(path: &Path) -> &Path {
 
 #[cfg(test)]
 mod tests {
+    use std::os::unix::fs::MetadataExt;
+
     use super::*;
 
     #[test]
@@ -235,6 +279,45 @@ mod tests {
         assert_eq!(names, vec![std::ffi::OsString::from("a.json")]);
         let mode = std::fs::metadata(&path).unwrap().permissions().mode();
         assert_eq!(mode & 0o044, 0o044, "others can read a published file");
+    }
+
+    #[test]
+    fn write_once_keeps_the_first_file_and_leaves_no_temporaries() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("layout-version");
+        assert!(write_once(&path, b"first").unwrap());
+        let inode = std::fs::metadata(&path).unwrap().ino();
+        assert!(!write_once(&path, b"second").unwrap());
+        assert_eq!(std::fs::read(&path).unwrap(), b"first");
+        assert_eq!(std::fs::metadata(&path).unwrap().ino(), inode, "the file was never replaced");
+        let names: Vec<_> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
+        assert_eq!(names, vec![std::ffi::OsString::from("layout-version")]);
+    }
+
+    #[test]
+    fn retry_while_settling_rides_out_estale_and_returns_other_errors_at_once() {
+        let mut calls = 0;
+        let stale = io::Error::from_raw_os_error(rustix::io::Errno::STALE.raw_os_error());
+        let result = retry_while_settling(|| {
+            calls += 1;
+            if calls < 3 { Err(io::Error::new(stale.kind(), "stale")) } else { Ok(calls) }
+        });
+        assert_eq!(result.unwrap(), 3);
+
+        let mut calls = 0;
+        let result: io::Result<()> = retry_while_settling(|| {
+            calls += 1;
+            Err(io::Error::from(io::ErrorKind::PermissionDenied))
+        });
+        assert_eq!((result.unwrap_err().kind(), calls), (io::ErrorKind::PermissionDenied, 1));
+
+        let mut calls = 0;
+        let result: io::Result<()> = retry_while_settling(|| {
+            calls += 1;
+            Err(io::Error::from(io::ErrorKind::NotFound))
+        });
+        assert_eq!(result.unwrap_err().kind(), io::ErrorKind::NotFound, "a missing path is reported in the end");
+        assert!(calls > 1, "not-found is tried again while it may be settling");
     }
 
     #[test]
