@@ -3,7 +3,7 @@
 //! leftmost on ties, through a priority queue as `tokenizers` does. A per-thread
 //! cache maps pre-tokens to ids, since natural text repeats the same words.
 
-use std::cell::RefCell;
+use std::cell::{RefCell, RefMut};
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 
@@ -72,15 +72,22 @@ impl InlineIds {
     }
 }
 
-/// A short piece as one integer: its bytes, and its length in the top byte.
+/// A short piece as one integer: its bytes, and its length in the top byte. Read
+/// with fixed-size loads (two overlapping ones from 9 bytes) rather than copied into
+/// a buffer, which would cost a call to `memcpy` for every piece.
 fn inline_key(piece: &[u8]) -> Option<u128> {
-    if piece.len() > INLINE_PIECE_MAX {
+    let len = piece.len();
+    if len > INLINE_PIECE_MAX {
         return None;
     }
-    let mut bytes = [0u8; 16];
-    bytes[..piece.len()].copy_from_slice(piece);
-    bytes[15] = piece.len() as u8;
-    Some(u128::from_le_bytes(bytes))
+    let word = |at: usize| u64::from_le_bytes(piece[at..at + 8].try_into().unwrap_or_default());
+    let bytes = match len {
+        0..8 => piece.iter().rev().fold(0u128, |value, &byte| value << 8 | byte as u128),
+        8 => word(0) as u128,
+        // The last eight bytes, less those the first load has, shifted down.
+        _ => word(0) as u128 | ((word(len - 8) >> ((16 - len) * 8)) as u128) << 64,
+    };
+    Some(bytes | (len as u128) << 120)
 }
 
 impl Generation {
@@ -125,6 +132,42 @@ impl PieceCache {
     }
 }
 
+/// Encodes the pieces of a text with the thread's cache, borrowed once for them all.
+pub struct Pieces<'a> {
+    merger: &'a BytePairMerger,
+    cache: RefMut<'a, PieceCache>,
+}
+
+impl Pieces<'_> {
+    /// Appends the ids of one pre-token to `out`.
+    pub fn encode(&mut self, piece: &[u8], out: &mut Vec<u32>) {
+        let merger = self.merger;
+        match piece {
+            [] => return,
+            [byte] => {
+                out.push(merger.byte_ids[*byte as usize]);
+                return;
+            }
+            _ => {}
+        }
+        let cache = &mut *self.cache;
+        let key = (piece.len() <= CACHED_PIECE_MAX).then(|| inline_key(piece));
+        if let Some(key) = key
+            && cache.extend_with(piece, key, out)
+        {
+            return;
+        }
+        let start = out.len();
+        match merger.whole_tokens.as_ref().and_then(|tokens| tokens.get(piece)) {
+            Some(&id) => out.push(id),
+            None => merger.merge(piece, &mut cache.symbols, &mut cache.queue, out),
+        }
+        if let Some(key) = key {
+            cache.insert(piece, key, start, out);
+        }
+    }
+}
+
 /// One token of a word being merged, in a linked list over the word's bytes; a
 /// symbol merged into its left neighbour has `len == 0`.
 #[derive(Clone, Copy)]
@@ -146,32 +189,9 @@ impl BytePairMerger {
         BytePairMerger { byte_ids, merges, whole_tokens, caches: ThreadLocal::new() }
     }
 
-    /// Appends the ids of one pre-token to `out`.
-    pub fn encode_piece(&self, piece: &[u8], out: &mut Vec<u32>) {
-        match piece {
-            [] => return,
-            [byte] => {
-                out.push(self.byte_ids[*byte as usize]);
-                return;
-            }
-            _ => {}
-        }
-        let mut cache = self.caches.get_or_default().borrow_mut();
-        let cache = &mut *cache;
-        let key = (piece.len() <= CACHED_PIECE_MAX).then(|| inline_key(piece));
-        if let Some(key) = key
-            && cache.extend_with(piece, key, out)
-        {
-            return;
-        }
-        let start = out.len();
-        match self.whole_tokens.as_ref().and_then(|tokens| tokens.get(piece)) {
-            Some(&id) => out.push(id),
-            None => self.merge(piece, &mut cache.symbols, &mut cache.queue, out),
-        }
-        if let Some(key) = key {
-            cache.insert(piece, key, start, out);
-        }
+    /// The encoder of one text's pieces, holding this thread's cache while it lives.
+    pub fn pieces(&self) -> Pieces<'_> {
+        Pieces { merger: self, cache: self.caches.get_or_default().borrow_mut() }
     }
 
     /// `tokenizers`' `Word::merge_all` without dropout.
@@ -238,6 +258,18 @@ mod tests {
 
     fn piece(n: usize) -> Vec<u8> {
         format!("w{n}").into_bytes()
+    }
+
+    #[test]
+    fn inline_keys_are_the_bytes_then_the_length() {
+        let text = b"abcdefghijklmnopq";
+        for len in 0..=INLINE_PIECE_MAX {
+            let mut bytes = [0u8; 16];
+            bytes[..len].copy_from_slice(&text[..len]);
+            bytes[15] = len as u8;
+            assert_eq!(inline_key(&text[..len]), Some(u128::from_le_bytes(bytes)), "{len} bytes");
+        }
+        assert_eq!(inline_key(&text[..INLINE_PIECE_MAX + 1]), None);
     }
 
     #[test]

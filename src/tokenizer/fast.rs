@@ -49,14 +49,12 @@ impl FastEncoder {
     pub fn encode(&self, text: &str) -> Option<Vec<u32>> {
         let mut ids = Vec::with_capacity(text.len() / 3);
         let mut spans = Vec::new();
+        let mut pieces = self.merger.pieces();
         self.added.for_each_part(text, &mut |part| match part {
             Part::Token(id) => ids.push(id),
-            Part::Text(text) => {
-                self.pre_tokenizer.split(text, &mut spans);
-                for &(start, end) in &spans {
-                    self.merger.encode_piece(&text.as_bytes()[start..end], &mut ids);
-                }
-            }
+            Part::Text(text) => self.pre_tokenizer.for_each_piece(text, &mut spans, |start, end| {
+                pieces.encode(&text.as_bytes()[start..end], &mut ids);
+            }),
         });
         Some(ids)
     }

@@ -47,6 +47,33 @@ impl PreTokenizer {
         PreTokenizer { steps }
     }
 
+    /// Calls `on_piece` with each non-empty pre-token of `text`, in order; `spans`
+    /// is scratch space. One `Isolated` step, the byte-level families' shape, keeps
+    /// every part of its pattern's partition, so the parts go straight from the
+    /// pattern to `on_piece` without being collected first.
+    pub fn for_each_piece(&self, text: &str, spans: &mut Vec<Span>, mut on_piece: impl FnMut(usize, usize)) {
+        if let [step] = &self.steps[..]
+            && step.behavior == Behavior::Isolated
+        {
+            let mut previous = 0;
+            step.regex.for_each_match(text, |start, end| {
+                if previous != start {
+                    on_piece(previous, start);
+                }
+                if start != end {
+                    on_piece(start, end);
+                }
+                previous = end;
+            });
+            if previous != text.len() {
+                on_piece(previous, text.len());
+            }
+            return;
+        }
+        self.split(text, spans);
+        spans.iter().for_each(|&(start, end)| on_piece(start, end));
+    }
+
     /// The non-empty pre-tokens of `text`, as byte ranges, in order.
     pub fn split(&self, text: &str, out: &mut Vec<Span>) {
         out.clear();
@@ -71,7 +98,7 @@ impl PreTokenizer {
 fn find_matches(regex: &SplitRegex, piece: &str, invert: bool, matches: &mut Vec<(Span, bool)>) {
     matches.clear();
     let mut previous = 0;
-    regex.for_each_match(piece, &mut |start, end| {
+    regex.for_each_match(piece, |start, end| {
         if previous != start {
             matches.push(((previous, start), invert));
         }
@@ -141,6 +168,21 @@ mod tests {
         let mut spans = Vec::new();
         PreTokenizer::new(vec![step]).split(text, &mut spans);
         spans.into_iter().map(|(start, end)| &text[start..end]).collect()
+    }
+
+    #[test]
+    fn pieces_streamed_from_one_step_are_the_split_ones() {
+        for text in ["the-final--countdown", "-a-", "--", "", "plain"] {
+            for steps in [1, 2] {
+                let step =
+                    || SplitStep { regex: SplitRegex::new("-").unwrap(), behavior: Behavior::Isolated, invert: false };
+                let pre_tokenizer = PreTokenizer::new((0..steps).map(|_| step()).collect());
+                let (mut split, mut streamed) = (Vec::new(), Vec::new());
+                pre_tokenizer.split(text, &mut split);
+                pre_tokenizer.for_each_piece(text, &mut Vec::new(), |start, end| streamed.push((start, end)));
+                assert_eq!(streamed, split, "{text:?}, {steps} steps");
+            }
+        }
     }
 
     #[test]

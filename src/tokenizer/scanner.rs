@@ -58,7 +58,7 @@ impl Scanner {
     }
 
     /// Calls `on_match` with each match's byte range in `text`, left to right.
-    pub fn for_each_match(&self, text: &str, on_match: &mut dyn FnMut(usize, usize)) {
+    pub fn for_each_match(&self, text: &str, mut on_match: impl FnMut(usize, usize)) {
         let mut at = 0;
         while at < text.len() {
             let end = match self.family {
@@ -160,6 +160,9 @@ fn line_breaks_end(text: &str, at: usize) -> usize {
 /// Which class each character is in: a table for ASCII, sorted ranges beyond.
 struct CharClasses {
     ascii: [CharClass; 128],
+    /// For each class, whether each byte is an ASCII character of it (bytes from
+    /// 0x80 never are), for the tight loop of `run_end`.
+    ascii_in: [[bool; 256]; 4],
     /// Disjoint `(first, last, class)` ranges of the non-ASCII letters, numbers
     /// and whitespace, sorted; every other character is `Other`.
     ranges: Vec<(u32, u32, CharClass)>,
@@ -183,8 +186,12 @@ impl CharClasses {
         for (code, slot) in ascii.iter_mut().enumerate() {
             *slot = lookup(&ranges, code as u32);
         }
+        let mut ascii_in = [[false; 256]; 4];
+        for (code, class) in ascii.iter().enumerate() {
+            ascii_in[*class as usize][code] = true;
+        }
         ranges.retain(|&(_, last, _)| last >= 128);
-        Some(CharClasses { ascii, ranges })
+        Some(CharClasses { ascii, ascii_in, ranges })
     }
 
     fn class_of(&self, c: char) -> CharClass {
@@ -209,9 +216,23 @@ impl CharClasses {
         self.get(text, at).unwrap_or(('\0', CharClass::Other, 1))
     }
 
-    /// The end of the run of `class` characters starting at `at`.
-    fn run_end(&self, text: &str, at: usize, class: CharClass) -> usize {
-        self.run_end_at_most(text, at, class, usize::MAX)
+    /// The end of the run of `class` characters starting at `at`: ASCII stretches
+    /// by one table lookup per byte, the rest by character.
+    fn run_end(&self, text: &str, mut at: usize, class: CharClass) -> usize {
+        let bytes = text.as_bytes();
+        let in_class = &self.ascii_in[class as usize];
+        loop {
+            while at < bytes.len() && in_class[bytes[at] as usize] {
+                at += 1;
+            }
+            if at == bytes.len() || bytes[at] < 0x80 {
+                return at;
+            }
+            match text[at..].chars().next() {
+                Some(c) if self.class_of(c) == class => at += c.len_utf8(),
+                _ => return at,
+            }
+        }
     }
 
     fn run_end_at_most(&self, text: &str, mut at: usize, class: CharClass, most: usize) -> usize {

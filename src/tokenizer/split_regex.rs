@@ -106,7 +106,7 @@ impl SplitRegex {
 
     /// Calls `on_match` with each match's byte range in `text`, left to right. A
     /// backtracking error (its limit) ends the matches there, as in `tokenizers`.
-    pub fn for_each_match(&self, text: &str, on_match: &mut dyn FnMut(usize, usize)) {
+    pub fn for_each_match(&self, text: &str, mut on_match: impl FnMut(usize, usize)) {
         match self {
             SplitRegex::Scanner(scanner) => scanner.for_each_match(text, on_match),
             SplitRegex::Backtracking(regex) => {
@@ -119,7 +119,7 @@ impl SplitRegex {
                 on_match(found.start, found.end);
                 found.end
             }),
-            SplitRegex::WhitespaceRun(automaton) => whitespace_run_matches(automaton, text, on_match),
+            SplitRegex::WhitespaceRun(automaton) => whitespace_run_matches(automaton, text, &mut on_match),
         }
     }
 }
