@@ -55,19 +55,11 @@ impl PreTokenizer {
         if let [step] = &self.steps[..]
             && step.behavior == Behavior::Isolated
         {
-            let mut previous = 0;
-            step.regex.for_each_match(text, |start, end| {
-                if previous != start {
-                    on_piece(previous, start);
-                }
+            for_each_part(&step.regex, text, |(start, end), _| {
                 if start != end {
                     on_piece(start, end);
                 }
-                previous = end;
             });
-            if previous != text.len() {
-                on_piece(previous, text.len());
-            }
             return;
         }
         self.split(text, spans);
@@ -97,16 +89,23 @@ impl PreTokenizer {
 /// The partition of `piece` into matched and unmatched parts (`Pattern::find_matches`).
 fn find_matches(regex: &SplitRegex, piece: &str, invert: bool, matches: &mut Vec<(Span, bool)>) {
     matches.clear();
+    for_each_part(regex, piece, |span, is_match| matches.push((span, is_match != invert)));
+}
+
+/// Calls `on_part` with each part of `piece` in order, and whether the pattern
+/// matched it: the non-empty stretches between matches, and the matches (which
+/// may be empty).
+fn for_each_part(regex: &SplitRegex, piece: &str, mut on_part: impl FnMut(Span, bool)) {
     let mut previous = 0;
     regex.for_each_match(piece, |start, end| {
         if previous != start {
-            matches.push(((previous, start), invert));
+            on_part((previous, start), false);
         }
-        matches.push(((start, end), !invert));
+        on_part((start, end), true);
         previous = end;
     });
     if previous != piece.len() {
-        matches.push(((previous, piece.len()), invert));
+        on_part((previous, piece.len()), false);
     }
 }
 
