@@ -81,6 +81,8 @@ pub struct Located {
     pub hashes: Vec<(String, Vec<blake3::Hash>)>,
     pub tokenizer_identity: blake3::Hash,
     pub hash_seconds: f64,
+    /// The tokenizer, when computing its identity had to parse it.
+    pub parsed_tokenizer: Option<tokenizer::Parsed>,
 }
 
 /// Resolves inputs and computes the fingerprint (one `stat` per memoized input).
@@ -89,11 +91,13 @@ pub fn locate(spec: &Spec, cache: &CacheLayout) -> Result<Located, PrepareError>
     let splits = inputs::resolve(spec)?;
     let memo = ContentHashMemo::new(cache.memo_dir());
     let hashes = inputs::content_hashes(&splits, &memo)?;
-    let tokenizer_identity = tokenizer::identity(spec, &cache.memo_dir())?;
+    let mut parsed_tokenizer = None;
+    let tokenizer_identity = tokenizer::identity(spec, &cache.memo_dir(), &mut parsed_tokenizer)?;
     let canonical = spec.canonical();
     let fingerprint =
         FingerprintInputs { canonical_spec: &canonical, tokenizer: &tokenizer_identity, splits: &hashes }.fingerprint();
-    Ok(Located { fingerprint, splits, hashes, tokenizer_identity, hash_seconds: started.elapsed().as_secs_f64() })
+    let hash_seconds = started.elapsed().as_secs_f64();
+    Ok(Located { fingerprint, splits, hashes, tokenizer_identity, hash_seconds, parsed_tokenizer })
 }
 
 /// The outcome of `prepare`.
@@ -132,13 +136,16 @@ pub fn prepare(spec: &Spec, cache: &CacheLayout, options: &PrepareOptions) -> Re
     cache
         .create_own_dirs(&cache.build_dirs())
         .map_err(|source| PrepareError::Layout { path: cache.root().to_path_buf(), source })?;
-    let located = locate(spec, cache)?;
+    let mut located = locate(spec, cache)?;
     let short = located.fingerprint.short();
     if let Some((entry, manifest)) = published(cache, &located.fingerprint)? {
         return use_published(cache, spec, Prepared { entry, manifest, built: false, shards_tokenized_here: 0 });
     }
     tracing::info!(fingerprint = %short, "building entry");
-    let encoders = Encoders::load(spec)?;
+    let encoders = match located.parsed_tokenizer.take() {
+        Some(parsed) => Encoders::from_parsed(spec, parsed)?,
+        None => Encoders::load(spec)?,
+    };
     let build = cache.build(&short);
     let tasks = shard_tasks(&located);
     if let Some((entry, manifest)) = set_up_build(cache, &build, &located)? {

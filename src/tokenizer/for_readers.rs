@@ -15,15 +15,14 @@ pub struct SpecialTokens {
     pub eos: Option<String>,
 }
 
-/// `tokenizer.json` (the canonical serialization, without truncation or padding, as
-/// encoding used it) and `tokenizer_config.json` (the class `transformers` builds, the
+/// `tokenizer.json` (`tokenizer_json`: the canonical serialization, without truncation
+/// or padding, as encoding used it) and `tokenizer_config.json` (the class `transformers` builds, the
 /// BOS/EOS tokens, and the sequence length when rows have one).
 pub fn files(
-    reference: &tokenizers::Tokenizer,
+    tokenizer_json: &str,
     special: &SpecialTokens,
     model_max_length: Option<usize>,
 ) -> Result<Vec<(&'static str, String)>, String> {
-    let tokenizer_json = reference.to_string(false).map_err(|err| format!("serializing the tokenizer: {err}"))?;
     let mut config = json!({
         "tokenizer_class": "PreTrainedTokenizerFast",
         // Decoding must give back the documents' text, spaces before punctuation included.
@@ -35,5 +34,5 @@ pub fn files(
         config["model_max_length"] = json!(length);
     }
     let config = serde_json::to_string_pretty(&config).map_err(|err| err.to_string())?;
-    Ok(vec![("tokenizer.json", tokenizer_json), ("tokenizer_config.json", config)])
+    Ok(vec![("tokenizer.json", tokenizer_json.to_string()), ("tokenizer_config.json", config)])
 }

@@ -15,6 +15,7 @@ mod recognize;
 mod scanner;
 mod split_regex;
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use serde_json::Value;
@@ -128,21 +129,44 @@ fn parse(source_name: &str, json: &str) -> Result<tokenizers::Tokenizer, Tokeniz
         .map_err(|err| load_error(err.to_string()))
 }
 
+/// The spec's tokenizer, parsed, with its canonical serialization. A run that
+/// builds needs it twice, for the fingerprint (when not memoized) and for the
+/// encoders; parsing a large tokenizer and writing its canonical form take about a
+/// tenth of a second each, so it is done once and handed on.
+pub struct Parsed {
+    source_name: String,
+    tokenizer: tokenizers::Tokenizer,
+    /// What this build's `tokenizers` writes for it: formatting of the file and
+    /// fields left to their defaults do not matter.
+    canonical: String,
+}
+
+impl Parsed {
+    pub fn read(spec: &Spec) -> Result<Parsed, TokenizerError> {
+        let (source_name, json) = tokenizer_text(spec)?;
+        let tokenizer = parse(&source_name, &json)?;
+        let canonical = tokenizer
+            .to_string(false)
+            .map_err(|err| TokenizerError::Load { source_name: source_name.clone(), message: err.to_string() })?;
+        Ok(Parsed { source_name, tokenizer, canonical })
+    }
+}
+
 /// The tokenizer's identity for the fingerprint: a hash of its canonical
 /// serialization, so formatting of the file does not matter. Parsing a large
 /// tokenizer takes a good part of a second and a cache hit runs at every job
-/// start, so the identity is memoized in `memo_dir`, keyed by the bytes it comes from.
-pub fn identity(spec: &Spec, memo_dir: &Path) -> Result<blake3::Hash, TokenizerError> {
+/// start, so the identity is memoized in `memo_dir`, keyed by the bytes it comes
+/// from. When it had to parse the tokenizer, it leaves it in `parsed` for `Encoders`.
+pub fn identity(spec: &Spec, memo_dir: &Path, parsed: &mut Option<Parsed>) -> Result<blake3::Hash, TokenizerError> {
     if spec.tokenizer.builtin.as_deref() == Some("gpt2") {
         // The embedded vocabulary only changes with ferry's FORMAT_VERSION.
         return Ok(blake3::hash(b"ferry builtin tokenizer gpt2 (tiktoken r50k_base)"));
     }
-    let canonical_hash = || {
-        let (source_name, json) = tokenizer_text(spec)?;
-        let tokenizer = parse(&source_name, &json)?;
-        let canonical =
-            tokenizer.to_string(false).map_err(|err| TokenizerError::Load { source_name, message: err.to_string() })?;
-        Ok(blake3::hash(canonical.as_bytes()))
+    let mut canonical_hash = || {
+        let tokenizer = Parsed::read(spec)?;
+        let hash = blake3::hash(tokenizer.canonical.as_bytes());
+        *parsed = Some(tokenizer);
+        Ok(hash)
     };
     match identity_memo_key(spec) {
         Some(key) => memoized_hash(memo_dir, &key, canonical_hash),
@@ -180,6 +204,8 @@ pub struct BosEos {
 pub struct Encoders {
     pub source_name: String,
     reference: tokenizers::Tokenizer,
+    /// The reference's canonical serialization.
+    serialized: String,
     fast: Option<FastEncoder>,
     /// Why the fast path is off, when it is.
     pub fast_unavailable: Option<String>,
@@ -191,22 +217,36 @@ pub struct Encoders {
 
 impl Encoders {
     pub fn load(spec: &Spec) -> Result<Encoders, TokenizerError> {
-        let (source_name, json) = tokenizer_text(spec)?;
-        let mut reference = parse(&source_name, &json)?;
+        Encoders::from_parsed(spec, Parsed::read(spec)?)
+    }
+
+    /// The encoders of the spec's tokenizer, already parsed (by `identity` or `Parsed::read`).
+    pub fn from_parsed(spec: &Spec, parsed: Parsed) -> Result<Encoders, TokenizerError> {
+        let Parsed { source_name, tokenizer: mut reference, canonical } = parsed;
+        let load_error = |err: &dyn std::fmt::Display| TokenizerError::Load {
+            source_name: source_name.clone(),
+            message: err.to_string(),
+        };
         // Truncation or padding stored in a tokenizer.json would silently cut or pad
-        // documents; packing is ferry's job.
-        reference
-            .with_truncation(None)
-            .map_err(|err| TokenizerError::Load { source_name: source_name.clone(), message: err.to_string() })?;
-        reference.with_padding(None);
-        let vocab_size = reference.get_vocab(true).values().copied().max().map_or(0, |max| max as u64 + 1);
+        // documents; packing is ferry's job. Readers get the tokenizer as encoding used it.
+        let serialized = match reference.get_truncation().is_none() && reference.get_padding().is_none() {
+            true => canonical,
+            false => {
+                reference.with_truncation(None).map_err(|err| load_error(&err))?;
+                reference.with_padding(None);
+                reference.to_string(false).map_err(|err| load_error(&err))?
+            }
+        };
+        // Building the vocabulary map costs a few hundredths of a second for a large one: once.
+        let vocab = reference.get_vocab(true);
+        let vocab_size = vocab.values().copied().max().map_or(0, |max| max as u64 + 1);
         let token_type = spec.output.token_type;
         if vocab_size > token_type.max_vocab() {
             return Err(TokenizerError::VocabTooLarge { source_name, vocab_size, token_type: token_type.dtype() });
         }
         let add_special_tokens = spec.tokenizer.add_special_tokens;
         let bos_eos = if spec.tokenizer.ensure_bos_eos {
-            bos_eos_to_add(spec, &source_name, &reference)?
+            bos_eos_to_add(spec, &source_name, &reference, &vocab)?
         } else {
             BosEos::default()
         };
@@ -214,15 +254,16 @@ impl Encoders {
         let (fast, fast_unavailable) = if !spec.tokenizer.fast_path {
             (None, Some("tokenizer.fast_path = false".to_string()))
         } else {
-            match fast_encoder(&reference, add_special_tokens) {
+            match fast_encoder(&reference, &serialized, add_special_tokens) {
                 Ok(fast) => (Some(fast), None),
                 Err(Unsupported(reason)) => (None, Some(reason)),
             }
         };
-        let special = special_tokens(spec, &reference);
+        let special = special_tokens(spec, &vocab);
         Ok(Encoders {
             source_name,
             reference,
+            serialized,
             fast,
             fast_unavailable,
             add_special_tokens,
@@ -235,7 +276,7 @@ impl Encoders {
     /// The files an entry carries so that `transformers` and `tokenizers` load its
     /// tokenizer offline from the staged copy (see `for_readers`).
     pub fn files_for_readers(&self, model_max_length: Option<usize>) -> Result<Vec<(&'static str, String)>, String> {
-        for_readers::files(&self.reference, &self.special, model_max_length)
+        for_readers::files(&self.serialized, &self.special, model_max_length)
     }
 
     pub fn fast_available(&self) -> bool {
@@ -272,12 +313,14 @@ impl Encoders {
 }
 
 /// The fast path is valid only where the reference's post-processor adds nothing.
-fn fast_encoder(reference: &tokenizers::Tokenizer, add_special_tokens: bool) -> Result<FastEncoder, Unsupported> {
+/// `canonical` is the reference's serialization.
+fn fast_encoder(
+    reference: &tokenizers::Tokenizer,
+    canonical: &str,
+    add_special_tokens: bool,
+) -> Result<FastEncoder, Unsupported> {
     let unsupported = |err: &dyn std::fmt::Display| Unsupported(err.to_string());
-    let serialized: Value = reference
-        .to_string(false)
-        .map_err(|e| unsupported(&e))
-        .and_then(|s| serde_json::from_str(&s).map_err(|e| unsupported(&e)))?;
+    let serialized: Value = serde_json::from_str(canonical).map_err(|e| unsupported(&e))?;
     if add_special_tokens {
         let with = reference.encode_fast(PROBE_TEXT, true).map_err(|e| unsupported(&e))?;
         let without = reference.encode_fast(PROBE_TEXT, false).map_err(|e| unsupported(&e))?;
@@ -308,8 +351,7 @@ const EOS_CANDIDATES: &[&str] = &["</s>", "<eos>", "<|end_of_text|>", "<|endofte
 
 /// The BOS and EOS tokens' text, for readers of the entry: as the spec names them, else
 /// the first candidate the vocabulary holds.
-fn special_tokens(spec: &Spec, reference: &tokenizers::Tokenizer) -> SpecialTokens {
-    let vocab = reference.get_vocab(true);
+fn special_tokens(spec: &Spec, vocab: &HashMap<String, u32>) -> SpecialTokens {
     let pick = |configured: &Option<String>, candidates: &[&str]| match configured {
         Some(token) => vocab.contains_key(token).then(|| token.clone()),
         None => candidates.iter().find(|candidate| vocab.contains_key(**candidate)).map(|c| c.to_string()),
@@ -323,8 +365,12 @@ fn special_tokens(spec: &Spec, reference: &tokenizers::Tokenizer) -> SpecialToke
 /// Epochraft's `ensure_bos_eos`: find what the tokenizer already adds to a probe
 /// text, then add only what is missing; when BOS and EOS are the same token
 /// (GPT-2, GPT-NeoX) one is enough, and it is appended.
-fn bos_eos_to_add(spec: &Spec, source_name: &str, reference: &tokenizers::Tokenizer) -> Result<BosEos, TokenizerError> {
-    let vocab = reference.get_vocab(true);
+fn bos_eos_to_add(
+    spec: &Spec,
+    source_name: &str,
+    reference: &tokenizers::Tokenizer,
+    vocab: &HashMap<String, u32>,
+) -> Result<BosEos, TokenizerError> {
     let find = |field: &'static str,
                 configured: &Option<String>,
                 candidates: &[&str]|
@@ -397,18 +443,44 @@ mod tests {
         let value: Value = serde_json::from_str(compact).unwrap();
         let pretty = serde_json::to_string_pretty(&value).unwrap();
 
-        let first = identity(&spec_for(compact, "compact.json"), &memo_dir).unwrap();
-        assert_eq!(identity(&spec_for(&pretty, "pretty.json"), &memo_dir).unwrap(), first);
+        let first = identity(&spec_for(compact, "compact.json"), &memo_dir, &mut None).unwrap();
+        assert_eq!(identity(&spec_for(&pretty, "pretty.json"), &memo_dir, &mut None).unwrap(), first);
         assert_eq!(std::fs::read_dir(&memo_dir).unwrap().count(), 2, "one memo per distinct file");
 
         // A memo that says otherwise is believed: the second call parsed nothing.
         let memo = memo_dir.join(identity_memo_key(&spec_for(compact, "compact.json")).unwrap());
         let planted = blake3::hash(b"planted");
         std::fs::write(&memo, planted.to_hex().as_bytes()).unwrap();
-        assert_eq!(identity(&spec_for(compact, "compact.json"), &memo_dir).unwrap(), planted);
+        assert_eq!(identity(&spec_for(compact, "compact.json"), &memo_dir, &mut None).unwrap(), planted);
 
         let changed = compact.replace(r#""b":1"#, r#""c":1"#);
-        assert_ne!(identity(&spec_for(&changed, "compact.json"), &memo_dir).unwrap(), first);
+        let mut parsed = None;
+        assert_ne!(identity(&spec_for(&changed, "compact.json"), &memo_dir, &mut parsed).unwrap(), first);
+        assert!(parsed.is_some(), "a tokenizer parsed for its identity is handed on");
+        let mut parsed = None;
+        identity(&spec_for(&changed, "compact.json"), &memo_dir, &mut parsed).unwrap();
+        assert!(parsed.is_none(), "a memoized identity parses nothing");
+    }
+
+    #[test]
+    fn truncation_stored_in_the_tokenizer_cuts_nothing_and_readers_get_it_off() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut json: Value = serde_json::from_str(builtin_gpt2_json().unwrap()).unwrap();
+        json["truncation"] =
+            serde_json::json!({"direction": "Right", "max_length": 2, "strategy": "LongestFirst", "stride": 0});
+        std::fs::write(dir.path().join("tokenizer.json"), json.to_string()).unwrap();
+        let text = "name='t'\n[splits]\ntrain='x'\n[tokenizer]\npath='tokenizer.json'\nensure_bos_eos=false\n";
+        let spec = Spec::parse(text, &dir.path().join("t.toml"), dir.path().to_path_buf()).unwrap();
+        let encoders = Encoders::load(&spec).unwrap();
+        assert!(encoders.fast_available());
+        let text = "a text of more than two tokens";
+        let fast = encoders.encode(text, EncoderKind::FastBytelevelBpe).unwrap();
+        assert_eq!(fast, encoders.encode_reference(text).unwrap());
+        assert!(fast.len() > 2, "{fast:?}");
+        let files = encoders.files_for_readers(None).unwrap();
+        let for_readers: Value = serde_json::from_str(&files[0].1).unwrap();
+        assert_eq!(for_readers["truncation"], Value::Null);
+        assert_eq!(for_readers["model"]["merges"], json["model"]["merges"]);
     }
 
     #[test]

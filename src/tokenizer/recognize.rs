@@ -91,7 +91,11 @@ pub fn added_tokens(added: &Value) -> Result<Vec<AddedToken>, String> {
 pub fn merger(model: &Value) -> Result<BytePairMerger, String> {
     check_model(model)?;
     let vocab = model["vocab"].as_object().ok_or("the BPE model has no vocabulary")?;
-    let id_of = |token: &str| vocab.get(token).and_then(Value::as_u64).map(|id| id as u32);
+    // JSON objects are ordered maps: three string-compared tree lookups per merge
+    // took most of the time to load a large tokenizer. A hash map is built once.
+    let ids: FxHashMap<&str, u32> =
+        vocab.iter().filter_map(|(token, id)| Some((token.as_str(), u32::try_from(id.as_u64()?).ok()?))).collect();
+    let id_of = |token: &str| ids.get(token).copied();
     let mut byte_ids = [0u32; 256];
     for (byte, slot) in byte_ids.iter_mut().enumerate() {
         *slot = id_of(&byte_to_char()[byte].to_string())
@@ -122,6 +126,7 @@ fn merges(model: &Value, id_of: &dyn Fn(&str) -> Option<u32>) -> Result<FxHashMa
     let list = model["merges"].as_array().ok_or("the BPE model has no merges")?;
     let mut merges = FxHashMap::default();
     merges.reserve(list.len());
+    let mut joined = String::new();
     for (rank, merge) in list.iter().enumerate() {
         let (left, right) = match merge {
             Value::String(line) => line.split_once(' ').filter(|(_, right)| !right.contains(' ')),
@@ -132,7 +137,10 @@ fn merges(model: &Value, id_of: &dyn Fn(&str) -> Option<u32>) -> Result<FxHashMa
             _ => None,
         }
         .ok_or_else(|| format!("merge {rank} is not a pair of tokens"))?;
-        let ids = (id_of(left), id_of(right), id_of(&format!("{left}{right}")));
+        joined.clear();
+        joined.push_str(left);
+        joined.push_str(right);
+        let ids = (id_of(left), id_of(right), id_of(&joined));
         let (Some(left), Some(right), Some(id)) = ids else {
             return Err(format!("merge {rank} ({left:?} {right:?}) names a token missing from the vocabulary"));
         };
