@@ -22,6 +22,11 @@ const INLINE_IDS: usize = 3;
 /// full it becomes the previous one and the one before is dropped, so memory per
 /// thread is bounded (a few MiB) while the words in use stay cached.
 const GENERATION_ENTRIES: usize = 1 << 16;
+/// Slots of the direct-mapped table in front of the generations (32 bytes each).
+/// A generation's hash table spans megabytes, so nearly every probe of it misses
+/// the CPU's caches; this table is small enough to stay in them and, as natural
+/// text reuses a few thousand words most of the time, answers most lookups.
+const RECENT_SLOTS: usize = 1 << 15;
 
 /// What merging a pair gives: its rank in the merge list and the id of the result.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -41,6 +46,7 @@ pub struct BytePairMerger {
 
 #[derive(Default)]
 struct PieceCache {
+    recent: RecentPieces,
     current: Generation,
     previous: Generation,
     /// Reused merge state, so encoding a piece allocates nothing once warm.
@@ -54,7 +60,43 @@ struct Generation {
     boxed: FxHashMap<Box<[u8]>, Box<[u32]>>,
 }
 
-#[derive(Clone, Copy)]
+/// Short pieces' ids by key, one slot per hash value: a newer piece replaces an
+/// older one in its slot (it is still in the generations).
+struct RecentPieces {
+    slots: Box<[RecentSlot]>,
+}
+
+#[derive(Clone, Copy, Default)]
+#[repr(align(32))]
+struct RecentSlot {
+    /// Zero in an empty slot: no key is zero, since a key holds its nonzero length.
+    key: u128,
+    ids: InlineIds,
+}
+
+impl Default for RecentPieces {
+    fn default() -> RecentPieces {
+        RecentPieces { slots: vec![RecentSlot::default(); RECENT_SLOTS].into_boxed_slice() }
+    }
+}
+
+impl RecentPieces {
+    fn slot(key: u128) -> usize {
+        let mixed = ((key >> 64) as u64 ^ key as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        (mixed >> (64 - RECENT_SLOTS.trailing_zeros())) as usize
+    }
+
+    fn get(&self, key: u128) -> Option<&InlineIds> {
+        let slot = &self.slots[Self::slot(key)];
+        (slot.key == key).then_some(&slot.ids)
+    }
+
+    fn insert(&mut self, key: u128, ids: InlineIds) {
+        self.slots[Self::slot(key)] = RecentSlot { key, ids };
+    }
+}
+
+#[derive(Clone, Copy, Default)]
 struct InlineIds {
     len: u32,
     ids: [u32; INLINE_IDS],
@@ -111,7 +153,14 @@ impl Generation {
 impl PieceCache {
     /// Appends the cached ids of `piece` to `out`, if it is cached.
     fn extend_with(&mut self, piece: &[u8], key: Option<u128>, out: &mut Vec<u32>) -> bool {
+        if let Some(ids) = key.and_then(|key| self.recent.get(key)) {
+            out.extend_from_slice(ids.ids());
+            return true;
+        }
         if let Some(ids) = self.current.get(piece, key) {
+            if let Some((key, ids)) = key.zip(InlineIds::new(ids)) {
+                self.recent.insert(key, ids);
+            }
             out.extend_from_slice(ids);
             return true;
         }
@@ -128,7 +177,11 @@ impl PieceCache {
         if self.current.len() >= GENERATION_ENTRIES {
             self.previous = std::mem::take(&mut self.current);
         }
-        self.current.insert(piece, key, &out[start..]);
+        let ids = &out[start..];
+        if let Some((key, ids)) = key.zip(InlineIds::new(ids)) {
+            self.recent.insert(key, ids);
+        }
+        self.current.insert(piece, key, ids);
     }
 }
 
@@ -286,6 +339,24 @@ mod tests {
         }
         // Same bytes, other length: never the same key.
         assert!(!cache.extend_with(b"ab\0", inline_key(b"ab\0"), &mut Vec::new()));
+    }
+
+    #[test]
+    fn pieces_sharing_a_recent_slot_each_come_back_with_their_own_ids() {
+        let mut cache = PieceCache::default();
+        // More pieces than slots: many share one, and the generations answer for the older.
+        let count = GENERATION_ENTRIES;
+        assert!(count >= 2 * RECENT_SLOTS);
+        for n in 0..count {
+            let piece = piece(n);
+            cache.insert(&piece, inline_key(&piece), 0, &[n as u32, 7]);
+        }
+        for n in (0..count).rev() {
+            let piece = piece(n);
+            let mut out = Vec::new();
+            assert!(cache.extend_with(&piece, inline_key(&piece), &mut out), "{n}");
+            assert_eq!(out, [n as u32, 7], "{n}");
+        }
     }
 
     #[test]
