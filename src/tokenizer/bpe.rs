@@ -18,6 +18,8 @@ const CACHED_PIECE_MAX: usize = 64;
 /// bytes and follows no pointer. Most words of natural text are such pieces.
 const INLINE_PIECE_MAX: usize = 15;
 const INLINE_IDS: usize = 3;
+/// Pieces up to this long are merged by `merge_short`, on arrays on the stack.
+const SHORT_PIECE_MAX: usize = 32;
 /// Entries per generation of a thread's cache: once the current generation is
 /// full it becomes the previous one and the one before is dropped, so memory per
 /// thread is bounded (a few MiB) while the words in use stay cached.
@@ -213,6 +215,7 @@ impl Pieces<'_> {
         let start = out.len();
         match merger.whole_tokens.as_ref().and_then(|tokens| tokens.get(piece)) {
             Some(&id) => out.push(id),
+            None if piece.len() <= SHORT_PIECE_MAX => merger.merge_short(piece, out),
             None => merger.merge(piece, &mut cache.symbols, &mut cache.queue, out),
         }
         if let Some(key) = key {
@@ -245,6 +248,45 @@ impl BytePairMerger {
     /// The encoder of one text's pieces, holding this thread's cache while it lives.
     pub fn pieces(&self) -> Pieces<'_> {
         Pieces { merger: self, cache: self.caches.get_or_default().borrow_mut() }
+    }
+
+    /// The same merges as `merge` for a short piece, by scanning an array of its
+    /// adjacent pairs for the lowest rank (leftmost on ties) instead of keeping a
+    /// queue: the result is the same, since a queued pair that changed is skipped
+    /// there, and a pair's rank identifies it. For the few bytes of a word, a scan
+    /// costs less than queue operations.
+    fn merge_short(&self, piece: &[u8], out: &mut Vec<u32>) {
+        let mut ids = [0u32; SHORT_PIECE_MAX];
+        // `pairs[at]`: the merge of `ids[at]` and `ids[at + 1]`, if there is one.
+        let mut pairs = [None::<Merge>; SHORT_PIECE_MAX];
+        let mut len = piece.len();
+        for (id, &byte) in ids.iter_mut().zip(piece) {
+            *id = self.byte_ids[byte as usize];
+        }
+        let pair = |ids: &[u32], at: usize| self.merges.get(&(ids[at], ids[at + 1])).copied();
+        for (at, merge) in pairs[..len - 1].iter_mut().enumerate() {
+            *merge = pair(&ids, at);
+        }
+        loop {
+            let lowest =
+                pairs[..len - 1].iter().enumerate().filter_map(|(at, merge)| Some((merge.as_ref()?.rank, at))).min();
+            let Some((_, at)) = lowest else { break };
+            ids[at] = pairs[at].map_or(ids[at], |merge| merge.id);
+            ids.copy_within(at + 2..len, at + 1);
+            if at + 2 < len {
+                pairs.copy_within(at + 2..len - 1, at + 1);
+            }
+            len -= 1;
+            if at + 1 < len {
+                pairs[at] = pair(&ids, at);
+            } else {
+                pairs[at] = None;
+            }
+            if at > 0 {
+                pairs[at - 1] = pair(&ids, at - 1);
+            }
+        }
+        out.extend_from_slice(&ids[..len]);
     }
 
     /// `tokenizers`' `Word::merge_all` without dropout.
@@ -308,6 +350,48 @@ impl BytePairMerger {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
+
+    /// GPT-2's merges, built once for every case.
+    static GPT2: std::sync::LazyLock<BytePairMerger> = std::sync::LazyLock::new(|| {
+        let serialized: serde_json::Value = serde_json::from_str(super::super::builtin_gpt2_json().unwrap()).unwrap();
+        super::super::recognize::merger(&serialized["model"]).unwrap()
+    });
+
+    fn merged_both_ways(merger: &BytePairMerger, piece: &[u8]) -> (Vec<u32>, Vec<u32>) {
+        let (mut short, mut queued) = (Vec::new(), Vec::new());
+        merger.merge_short(piece, &mut short);
+        merger.merge(piece, &mut Vec::new(), &mut BinaryHeap::new(), &mut queued);
+        (short, queued)
+    }
+
+    #[test]
+    fn short_merges_equal_queued_merges_on_words_and_runs() {
+        let merger = &*GPT2;
+        let pieces: [&[u8]; 8] = [
+            b" the",
+            b"aaaaaaaaaaaaaaaa",
+            b" internationalization",
+            b"        ",
+            b"\n\n",
+            b"ab",
+            b"\xe2\x80\x99s",
+            b"0123456789abcdef0123456789abcdef",
+        ];
+        for piece in pieces {
+            let (short, queued) = merged_both_ways(merger, piece);
+            assert_eq!(short, queued, "{piece:?}");
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn short_merges_equal_queued_merges(piece in proptest::collection::vec(
+            prop_oneof![b'a'..=b'z', Just(b' '), Just(b'e'), Just(b't'), b'0'..=b'9', any::<u8>()], 2..=SHORT_PIECE_MAX)) {
+            let (short, queued) = merged_both_ways(&GPT2, &piece);
+            prop_assert_eq!(short, queued);
+        }
+    }
 
     fn piece(n: usize) -> Vec<u8> {
         format!("w{n}").into_bytes()
