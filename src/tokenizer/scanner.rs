@@ -15,7 +15,7 @@
 
 use regex_syntax::hir::{Class, HirKind};
 
-use super::patterns::{BYTE_LEVEL_PATTERN, LLAMA3_PATTERN, QWEN2_PATTERN};
+use super::patterns::{BYTE_LEVEL_PATTERN, LLAMA3_PATTERN, O200K_PATTERN, QWEN2_PATTERN};
 
 /// The contractions both families split off, in the patterns' order.
 const CONTRACTIONS: [&str; 7] = ["s", "t", "re", "ve", "m", "ll", "d"];
@@ -26,15 +26,63 @@ enum Family {
     Gpt2,
     /// `(?i:'s|...|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,digits}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+`
     Cl100k { digits: usize },
+    /// GPT-4o's `O200K_PATTERN`: words by case, then as `Cl100k` with three digits.
+    O200k,
 }
 
+/// The classes a family's scanner tells characters apart by: GPT-2 and cl100k
+/// use `Letter`; o200k splits letters by case and counts combining marks, which are
+/// neither letters nor numbers, as part of words.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum CharClass {
     Letter,
     Number,
     Space,
     Other,
+    /// `[\p{Lu}\p{Lt}]`
+    UpperLetter,
+    /// `\p{Ll}`
+    LowerLetter,
+    /// `[\p{Lm}\p{Lo}]`: letters without case, on both sides of o200k's words.
+    UncasedLetter,
+    /// `\p{M}`
+    Mark,
 }
+
+const CLASSES: usize = 8;
+
+/// A set of classes, one bit each.
+type ClassSet = u8;
+
+const fn set(classes: &[CharClass]) -> ClassSet {
+    let mut bits = 0;
+    let mut at = 0;
+    while at < classes.len() {
+        bits |= 1 << classes[at] as u8;
+        at += 1;
+    }
+    bits
+}
+
+/// o200k's `[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]`, the start of a word.
+const UPPER_LIKE: ClassSet = set(&[CharClass::UpperLetter, CharClass::UncasedLetter, CharClass::Mark]);
+/// o200k's `[\p{Ll}\p{Lm}\p{Lo}\p{M}]`, the end of a word.
+const LOWER_LIKE: ClassSet = set(&[CharClass::LowerLetter, CharClass::UncasedLetter, CharClass::Mark]);
+/// o200k's `[^\s\p{L}\p{N}]`.
+const NEITHER: ClassSet = set(&[CharClass::Other, CharClass::Mark]);
+
+/// The classes of GPT-2 and cl100k, by the patterns that define them.
+const WORD_CLASSES: &[(&str, CharClass)] =
+    &[(r"\p{L}", CharClass::Letter), (r"\p{N}", CharClass::Number), (r"\s", CharClass::Space)];
+/// The classes of o200k.
+const CASED_CLASSES: &[(&str, CharClass)] = &[
+    (r"[\p{Lu}\p{Lt}]", CharClass::UpperLetter),
+    (r"\p{Ll}", CharClass::LowerLetter),
+    (r"[\p{Lm}\p{Lo}]", CharClass::UncasedLetter),
+    (r"\p{M}", CharClass::Mark),
+    (r"\p{N}", CharClass::Number),
+    (r"\s", CharClass::Space),
+];
 
 pub struct Scanner {
     family: Family,
@@ -51,10 +99,12 @@ impl Scanner {
             BYTE_LEVEL_PATTERN => Family::Gpt2,
             LLAMA3_PATTERN => Family::Cl100k { digits: 3 },
             QWEN2_PATTERN => Family::Cl100k { digits: 1 },
+            O200K_PATTERN => Family::O200k,
             _ => return None,
         };
         let folds = if family == Family::Gpt2 { Vec::new() } else { contraction_folds()? };
-        Some(Scanner { family, classes: CharClasses::new()?, folds })
+        let classes = CharClasses::new(if family == Family::O200k { CASED_CLASSES } else { WORD_CLASSES })?;
+        Some(Scanner { family, classes, folds })
     }
 
     /// Calls `on_match` with each match's byte range in `text`, left to right.
@@ -64,6 +114,7 @@ impl Scanner {
             let end = match self.family {
                 Family::Gpt2 => self.gpt2_match(text, at),
                 Family::Cl100k { digits } => self.cl100k_match(text, at, digits),
+                Family::O200k => self.o200k_match(text, at),
             };
             on_match(at, end);
             at = end;
@@ -116,12 +167,70 @@ impl Scanner {
         if class == CharClass::Other {
             return line_breaks_end(text, self.classes.run_end(text, at + len, CharClass::Other));
         }
+        self.line_breaks_or_whitespace_end(text, at)
+    }
+
+    /// `\s*[\r\n]+|\s+(?!\S)|\s+` at whitespace.
+    fn line_breaks_or_whitespace_end(&self, text: &str, at: usize) -> usize {
         // `\s*[\r\n]+`: backtracking from the run's end, the last line break ends it.
         let run_end = self.classes.run_end(text, at, CharClass::Space);
         if let Some(last_break) = text.as_bytes()[at..run_end].iter().rposition(|&b| b == b'\r' || b == b'\n') {
             return at + last_break + 1;
         }
         self.whitespace_end(text, at)
+    }
+
+    fn o200k_match(&self, text: &str, at: usize) -> usize {
+        let (c, class, len) = self.classes.at(text, at);
+        // The two word alternatives, each first with `[^\r\n\p{L}\p{N}]?` taking the
+        // character before the word, then without it, in the pattern's order.
+        let prefix = c != '\r' && c != '\n' && matches!(class, CharClass::Space | CharClass::Other | CharClass::Mark);
+        let word = prefix
+            .then(|| self.cased_word_end(text, at + len))
+            .flatten()
+            .or_else(|| self.cased_word_end(text, at))
+            .or_else(|| prefix.then(|| self.upper_word_end(text, at + len)).flatten())
+            .or_else(|| self.upper_word_end(text, at));
+        if let Some(end) = word {
+            // `(?i:'s|'t|'re|'ve|'m|'ll|'d)?`
+            return match text.as_bytes().get(end) {
+                Some(b'\'') => self.contraction_end(text, end + 1, true).unwrap_or(end),
+                _ => end,
+            };
+        }
+        // `\p{N}{1,3}`
+        if class == CharClass::Number {
+            return self.classes.run_end_at_most(text, at, CharClass::Number, 3);
+        }
+        // ` ?[^\s\p{L}\p{N}]+[\r\n/]*`
+        let next = self.classes.get(text, at + len).map(|(_, class, _)| class);
+        if c == ' ' && next.is_some_and(|next| in_set(NEITHER, next)) {
+            return line_breaks_or_slashes_end(text, self.classes.run_end_in(text, at + 1, NEITHER));
+        }
+        if in_set(NEITHER, class) {
+            return line_breaks_or_slashes_end(text, self.classes.run_end_in(text, at, NEITHER));
+        }
+        self.line_breaks_or_whitespace_end(text, at)
+    }
+
+    /// `[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+` at `at`, if it matches.
+    fn cased_word_end(&self, text: &str, at: usize) -> Option<usize> {
+        let upper_end = self.classes.run_end_in(text, at, UPPER_LIKE);
+        if let Some((_, CharClass::LowerLetter, _)) = self.classes.get(text, upper_end) {
+            return Some(self.classes.run_end_in(text, upper_end, LOWER_LIKE));
+        }
+        // Backtracking: the upper-case part gives back characters until one can be
+        // the lower-case part; what follows it (upper case only) cannot continue it.
+        let last_lower =
+            text[at..upper_end].char_indices().rev().find(|&(_, c)| in_set(LOWER_LIKE, self.classes.class_of(c)));
+        last_lower.map(|(offset, c)| at + offset + c.len_utf8())
+    }
+
+    /// `[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*` where
+    /// `cased_word_end` found nothing: then no lower-case character follows the run.
+    fn upper_word_end(&self, text: &str, at: usize) -> Option<usize> {
+        let end = self.classes.run_end_in(text, at, UPPER_LIKE);
+        (end > at).then_some(end)
     }
 
     /// `\s+(?!\S)|\s+`: a whitespace run up to the end of the text, or all of it
@@ -157,27 +266,35 @@ fn line_breaks_end(text: &str, at: usize) -> usize {
     at + text.as_bytes()[at..].iter().take_while(|&&b| b == b'\r' || b == b'\n').count()
 }
 
+/// `[\r\n/]*` from `at`.
+fn line_breaks_or_slashes_end(text: &str, at: usize) -> usize {
+    at + text.as_bytes()[at..].iter().take_while(|&&b| b == b'\r' || b == b'\n' || b == b'/').count()
+}
+
+fn in_set(set: ClassSet, class: CharClass) -> bool {
+    set & (1 << class as u8) != 0
+}
+
 /// Which class each character is in: a table for ASCII, sorted ranges beyond.
 struct CharClasses {
     ascii: [CharClass; 128],
     /// For each class, whether each byte is an ASCII character of it (bytes from
     /// 0x80 never are), for the tight loop of `run_end`.
-    ascii_in: [[bool; 256]; 4],
-    /// Disjoint `(first, last, class)` ranges of the non-ASCII letters, numbers
-    /// and whitespace, sorted; every other character is `Other`.
+    ascii_in: [[bool; 256]; CLASSES],
+    /// Disjoint `(first, last, class)` ranges of the non-ASCII characters of the
+    /// classes given, sorted; every other character is `Other`.
     ranges: Vec<(u32, u32, CharClass)>,
 }
 
 impl CharClasses {
-    fn new() -> Option<CharClasses> {
+    /// The classes defined by one-class patterns, which must not overlap.
+    fn new(classes: &[(&str, CharClass)]) -> Option<CharClasses> {
         let mut ranges = Vec::new();
-        for (pattern, class) in
-            [(r"\p{L}", CharClass::Letter), (r"\p{N}", CharClass::Number), (r"\s", CharClass::Space)]
-        {
+        for &(pattern, class) in classes {
             ranges.extend(unicode_ranges(pattern)?.into_iter().map(|(first, last)| (first, last, class)));
         }
         ranges.sort_unstable_by_key(|&(first, _, _)| first);
-        // The three classes are disjoint by Unicode's definitions; should a table
+        // The classes are disjoint by Unicode's definitions; should a table
         // ever say otherwise, the regex engines decide instead.
         if ranges.windows(2).any(|pair| pair[0].1 >= pair[1].0) {
             return None;
@@ -186,7 +303,7 @@ impl CharClasses {
         for (code, slot) in ascii.iter_mut().enumerate() {
             *slot = lookup(&ranges, code as u32);
         }
-        let mut ascii_in = [[false; 256]; 4];
+        let mut ascii_in = [[false; 256]; CLASSES];
         for (code, class) in ascii.iter().enumerate() {
             ascii_in[*class as usize][code] = true;
         }
@@ -233,6 +350,25 @@ impl CharClasses {
                 _ => return at,
             }
         }
+    }
+
+    /// The end of the run of characters of any class in `set` starting at `at`.
+    fn run_end_in(&self, text: &str, mut at: usize, set: ClassSet) -> usize {
+        let bytes = text.as_bytes();
+        while let Some(&byte) = bytes.get(at) {
+            if byte < 0x80 {
+                if !in_set(set, self.ascii[byte as usize]) {
+                    break;
+                }
+                at += 1;
+            } else {
+                match text[at..].chars().next() {
+                    Some(c) if in_set(set, self.class_of(c)) => at += c.len_utf8(),
+                    _ => break,
+                }
+            }
+        }
+        at
     }
 
     fn run_end_at_most(&self, text: &str, mut at: usize, class: CharClass, most: usize) -> usize {
@@ -305,6 +441,8 @@ mod tests {
         assert!(Scanner::for_pattern(BYTE_LEVEL_PATTERN).is_some());
         assert!(Scanner::for_pattern(LLAMA3_PATTERN).is_some());
         assert!(Scanner::for_pattern(QWEN2_PATTERN).is_some());
+        assert!(Scanner::for_pattern(O200K_PATTERN).is_some());
+        assert_eq!(O200K_PATTERN, tiktoken_rs::O200K_BASE_PAT_STR);
         assert!(Scanner::for_pattern(&LLAMA3_PATTERN.replace("{1,3}", "{1,4}")).is_none());
         assert!(Scanner::for_pattern(&format!("{BYTE_LEVEL_PATTERN}|x")).is_none());
     }
@@ -326,6 +464,17 @@ mod tests {
         let qwen2 = Scanner::for_pattern(QWEN2_PATTERN).unwrap();
         assert_eq!(pieces(&qwen2, "x 123"), ["x", " ", "1", "2", "3"]);
     }
+
+    #[test]
+    fn o200k_splits_words_by_case_and_keeps_marks_and_contractions_on_them() {
+        let o200k = Scanner::for_pattern(O200K_PATTERN).unwrap();
+        assert_eq!(
+            pieces(&o200k, "camelCase HTTPServer I'LL e\u{301}t 12345 a.\n/x"),
+            ["camel", "Case", " HTTPServer", " I'LL", " e\u{301}t", " ", "123", "45", " a", ".\n/", "x"]
+        );
+        // A word of capitals and an uncased letter ends at the uncased letter.
+        assert_eq!(pieces(&o200k, "日A 日"), ["日", "A", " 日"]);
+    }
 }
 
 #[cfg(test)]
@@ -335,12 +484,13 @@ mod property_tests {
 
     /// Characters where the classes and the alternatives meet: contraction
     /// letters and their case folds, line breaks and Unicode spaces, combining
-    /// marks (neither letters nor numbers), non-ASCII numbers, CJK and emoji.
+    /// marks (neither letters nor numbers), non-ASCII numbers, CJK and emoji, and
+    /// for o200k upper, lower, title-case and uncased letters and `/`.
     const TRICKY: &[char] = &[
         '\'', 's', 'S', 'ſ', 't', 'T', 'r', 'e', 'v', 'm', 'l', 'L', 'd', 'K', '\u{212a}', ' ', ' ', ' ', '\t', '\r',
         '\n', '\u{b}', '\u{c}', '\u{85}', '\u{a0}', '\u{2028}', '\u{3000}', '\u{1680}', '0', '7', '²', '½', 'Ⅻ', '٣',
         '߀', 'é', '\u{301}', '\u{200d}', 'a', 'Z', 'ß', 'İ', 'Ω', '日', 'ア', '😀', '🇫', '.', ',', '-', '(', '"', '…',
-        '_', '$', '\u{0}', '\u{7f}', '\u{ad}', '\u{fe0f}',
+        '_', '$', '\u{0}', '\u{7f}', '\u{ad}', '\u{fe0f}', 'ǅ', 'ʰ', '/', 'A', 'b', 'Q', '\u{903}', '\u{20dd}',
     ];
 
     fn text() -> impl Strategy<Value = String> {
@@ -361,7 +511,7 @@ mod property_tests {
 
     /// Each pattern with its scanner and its `fancy-regex`, compiled once for all cases.
     static PAIRS: std::sync::LazyLock<Vec<(Scanner, fancy_regex::Regex)>> = std::sync::LazyLock::new(|| {
-        [BYTE_LEVEL_PATTERN, LLAMA3_PATTERN, QWEN2_PATTERN]
+        [BYTE_LEVEL_PATTERN, LLAMA3_PATTERN, QWEN2_PATTERN, O200K_PATTERN]
             .into_iter()
             .map(|pattern| (Scanner::for_pattern(pattern).unwrap(), fancy_regex::Regex::new(pattern).unwrap()))
             .collect()

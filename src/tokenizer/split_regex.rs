@@ -24,7 +24,7 @@ use super::scanner::Scanner;
 const LOOKAHEAD_ENDING: &str = r"|\s+(?!\S)|\s+";
 
 pub enum SplitRegex {
-    Scanner(Scanner),
+    Scanner(Box<Scanner>),
     Backtracking(fancy_regex::Regex),
     Automaton(Automaton),
     /// Pattern 0 is everything before the ending, pattern 1 is `\s+`.
@@ -81,7 +81,7 @@ impl Automaton {
 impl SplitRegex {
     pub fn new(pattern: &str) -> Result<SplitRegex, String> {
         match Scanner::for_pattern(pattern) {
-            Some(scanner) => Ok(SplitRegex::Scanner(scanner)),
+            Some(scanner) => Ok(SplitRegex::Scanner(Box::new(scanner))),
             None => SplitRegex::with_regex_engines(pattern),
         }
     }
