@@ -114,6 +114,14 @@ impl InlineIds {
     fn ids(&self) -> &[u32] {
         &self.ids[..self.len as usize]
     }
+
+    /// Appends the ids to `out` one by one: for so few, a call to `memcpy` (what
+    /// `extend_from_slice` makes) costs more than the copy.
+    fn push_to(&self, out: &mut Vec<u32>) {
+        for &id in self.ids() {
+            out.push(id);
+        }
+    }
 }
 
 /// A short piece as one integer: its bytes, and its length in the top byte. Read
@@ -156,7 +164,7 @@ impl PieceCache {
     /// Appends the cached ids of `piece` to `out`, if it is cached.
     fn extend_with(&mut self, piece: &[u8], key: Option<u128>, out: &mut Vec<u32>) -> bool {
         if let Some(ids) = key.and_then(|key| self.recent.get(key)) {
-            out.extend_from_slice(ids.ids());
+            ids.push_to(out);
             return true;
         }
         if let Some(ids) = self.current.get(piece, key) {
