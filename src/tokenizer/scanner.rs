@@ -319,6 +319,7 @@ impl CharClasses {
     }
 
     /// The character at byte `at` (a character boundary), its class and length.
+    #[inline(always)]
     fn get(&self, text: &str, at: usize) -> Option<(char, CharClass, usize)> {
         let byte = *text.as_bytes().get(at)?;
         if byte < 0x80 {
@@ -329,6 +330,7 @@ impl CharClasses {
     }
 
     /// `get` where `at` is known to be inside the text.
+    #[inline(always)]
     fn at(&self, text: &str, at: usize) -> (char, CharClass, usize) {
         self.get(text, at).unwrap_or(('\0', CharClass::Other, 1))
     }
