@@ -9,12 +9,25 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use common::{TestEnv, describe, entry_data_files, entry_rows, python, python_script};
-use ferry::cache::manifest::EncoderKind;
 use ferry::corpus::Generator;
 use ferry::spec::Spec;
 use ferry::tokenizer::Encoders;
 
-const FAMILIES: &[&str] = &["llama3", "llama3_permuted", "qwen2", "gpt4o", "deepseek_v3", "behaviors"];
+const FAMILIES: &[&str] = &[
+    "llama3",
+    "llama3_permuted",
+    "qwen2",
+    "gpt4o",
+    "deepseek_v3",
+    "behaviors",
+    "llama2_sentencepiece",
+    "gemma_sentencepiece",
+];
+
+/// The fast encoder a family takes, as the manifest names it.
+fn fast_encoder_of(family: &str) -> &'static str {
+    if family.ends_with("_sentencepiece") { "fast_sentencepiece_bpe" } else { "fast_bytelevel_bpe" }
+}
 
 fn documents() -> Vec<String> {
     let mut documents: Vec<String> = [
@@ -91,19 +104,21 @@ fn families_through_the_fast_path_give_python_tokenizers_ids() {
         let spec = Spec::parse(&text, &env.path("spec.toml"), env.path("")).unwrap();
         let encoders = Encoders::load(&spec).unwrap();
         assert!(encoders.fast_available(), "{family}: {:?}", encoders.fast_unavailable);
+        let kind = encoders.fast_kind().unwrap();
+        assert_eq!(kind.name(), fast_encoder_of(family));
         for (index, document) in documents.iter().enumerate() {
-            let ids = encoders.encode(document, EncoderKind::FastBytelevelBpe).unwrap();
+            let ids = encoders.encode(document, kind).unwrap();
             let want: Vec<u32> = serde_json::from_value(expected[family][index].clone()).unwrap();
             assert_eq!(ids, want, "{family}, document {index}: {document:?}");
         }
 
         let spec_path = env.write(&format!("{family}.toml"), text);
         let prepared = env.prepare(&spec_path, &[]);
-        assert_eq!(prepared["encoder"], "fast_bytelevel_bpe", "{family}: {prepared}");
+        assert_eq!(prepared["encoder"], fast_encoder_of(family), "{family}: {prepared}");
         let entry = Path::new(prepared["entry"].as_str().unwrap());
         let manifest: serde_json::Value =
             serde_json::from_slice(&std::fs::read(entry.join("manifest.json")).unwrap()).unwrap();
-        assert_eq!(manifest["tokenizer"]["encoder"], "fast_bytelevel_bpe", "{family}");
+        assert_eq!(manifest["tokenizer"]["encoder"], fast_encoder_of(family), "{family}");
         assert!(manifest["tokenizer"]["fast_unavailable"].is_null(), "{family}");
         let want: Vec<Vec<u32>> = serde_json::from_value(expected[family].clone()).unwrap();
         let want: Vec<Vec<u32>> = want.into_iter().filter(|ids| !ids.is_empty()).collect();

@@ -9,6 +9,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::errors::{Failure, Fault, IoError};
 use crate::fsutil::untrusted;
+/// Which encoder produced a shard's ids: the tokenizer module names its encoders.
+pub use crate::tokenizer::EncoderKind;
 
 /// Bump on incompatible changes; readers refuse versions they do not know.
 pub const MANIFEST_VERSION: u32 = 1;
@@ -41,26 +43,6 @@ pub struct WrittenFile {
     pub blake3: String,
     pub rows: u64,
     pub tokens: u64,
-}
-
-/// Which encoder produced a shard's ids.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum EncoderKind {
-    /// ferry's byte-level BPE encoder (`tokenizer::fast`), guarded by sampled comparison.
-    FastBytelevelBpe,
-    /// The Hugging Face `tokenizers` crate.
-    Tokenizers,
-}
-
-impl EncoderKind {
-    /// The name the manifest and `prepare --json` use.
-    pub fn name(self) -> &'static str {
-        match self {
-            EncoderKind::FastBytelevelBpe => "fast_bytelevel_bpe",
-            EncoderKind::Tokenizers => "tokenizers",
-        }
-    }
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]

@@ -102,7 +102,7 @@ fn encode_batch(
             let encode_error =
                 |source| ShardError::Encode { path: path.to_path_buf(), record: document.record, source };
             let ids = context.encoders.encode(&document.text, kind).map_err(encode_error)?;
-            if kind == EncoderKind::FastBytelevelBpe && (first_index + offset as u64).is_multiple_of(SAMPLE_EVERY) {
+            if kind.is_fast() && (first_index + offset as u64).is_multiple_of(SAMPLE_EVERY) {
                 let sample = sample_of(&document.text);
                 let fast = match sample.len() == document.text.len() {
                     true => None,

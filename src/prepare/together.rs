@@ -49,10 +49,9 @@ pub(super) fn build_together<'a>(
         if published(cache, fingerprint)?.is_some() {
             return Ok(Together::PublishedElsewhere { tokenized_here });
         }
-        let kind = if context.encoders.fast_available() && !fast_disabled.exists() {
-            EncoderKind::FastBytelevelBpe
-        } else {
-            EncoderKind::Tokenizers
+        let kind = match context.encoders.fast_kind() {
+            Some(fast) if !fast_disabled.exists() => fast,
+            _ => EncoderKind::Tokenizers,
         };
         if known_kind != Some(kind) {
             known.iter_mut().for_each(|record| *record = None);

@@ -37,9 +37,53 @@ pub struct Merge {
     pub id: u32,
 }
 
+/// A piece's symbols before any merge.
+// Built once per tokenizer and never moved after: the tables stay inline, one
+// indirection fewer for every piece.
+#[allow(clippy::large_enum_variant)]
+pub enum Alphabet {
+    /// Byte-level BPE: one token per byte.
+    Bytes([u32; 256]),
+    /// SentencePiece-style BPE: one token per character of the vocabulary; any other
+    /// character becomes its UTF-8 bytes as `<0xXX>` tokens (byte fallback).
+    Chars {
+        /// Each ASCII character's token, or its byte token where it has none.
+        ascii: [u32; 128],
+        others: FxHashMap<char, u32>,
+        byte_tokens: [u32; 256],
+    },
+}
+
+impl Alphabet {
+    /// The token of a piece that is one byte (so one ASCII character for `Chars`).
+    fn single_byte(&self, byte: u8) -> u32 {
+        match self {
+            Alphabet::Bytes(ids) => ids[byte as usize],
+            Alphabet::Chars { ascii, byte_tokens, .. } => {
+                ascii.get(byte as usize).copied().unwrap_or(byte_tokens[byte as usize])
+            }
+        }
+    }
+
+    /// Calls `push` with each of the piece's first symbols, in order: at most one
+    /// per byte. A `Chars` piece is whole characters of a text.
+    fn first_ids(&self, piece: &[u8], mut push: impl FnMut(u32)) {
+        match self {
+            Alphabet::Bytes(ids) => piece.iter().for_each(|&byte| push(ids[byte as usize])),
+            Alphabet::Chars { ascii, others, byte_tokens } => {
+                for c in String::from_utf8_lossy(piece).chars() {
+                    match ascii.get(c as usize).or_else(|| others.get(&c)) {
+                        Some(&id) => push(id),
+                        None => c.encode_utf8(&mut [0; 4]).bytes().for_each(|byte| push(byte_tokens[byte as usize])),
+                    }
+                }
+            }
+        }
+    }
+}
+
 pub struct BytePairMerger {
-    /// Id of each single byte's token.
-    byte_ids: [u32; 256],
+    alphabet: Alphabet,
     merges: FxHashMap<(u32, u32), Merge>,
     /// With `ignore_merges`, a pre-token that is itself in the vocabulary is that token.
     whole_tokens: Option<FxHashMap<Vec<u8>, u32>>,
@@ -208,7 +252,7 @@ impl Pieces<'_> {
         match piece {
             [] => return,
             [byte] => {
-                out.push(merger.byte_ids[*byte as usize]);
+                out.push(merger.alphabet.single_byte(*byte));
                 return;
             }
             _ => {}
@@ -246,11 +290,11 @@ const NONE: u32 = u32::MAX;
 
 impl BytePairMerger {
     pub fn new(
-        byte_ids: [u32; 256],
+        alphabet: Alphabet,
         merges: FxHashMap<(u32, u32), Merge>,
         whole_tokens: Option<FxHashMap<Vec<u8>, u32>>,
     ) -> BytePairMerger {
-        BytePairMerger { byte_ids, merges, whole_tokens, caches: ThreadLocal::new() }
+        BytePairMerger { alphabet, merges, whole_tokens, caches: ThreadLocal::new() }
     }
 
     /// The encoder of one text's pieces, holding this thread's cache while it lives.
@@ -267,9 +311,14 @@ impl BytePairMerger {
         let mut ids = [0u32; SHORT_PIECE_MAX];
         // `pairs[at]`: the merge of `ids[at]` and `ids[at + 1]`, if there is one.
         let mut pairs = [None::<Merge>; SHORT_PIECE_MAX];
-        let mut len = piece.len();
-        for (id, &byte) in ids.iter_mut().zip(piece) {
-            *id = self.byte_ids[byte as usize];
+        let mut len = 0;
+        self.alphabet.first_ids(piece, |id| {
+            ids[len] = id;
+            len += 1;
+        });
+        if len < 2 {
+            out.extend_from_slice(&ids[..len]);
+            return;
         }
         let pair = |ids: &[u32], at: usize| self.merges.get(&(ids[at], ids[at + 1])).copied();
         for (at, merge) in pairs[..len - 1].iter_mut().enumerate() {
@@ -305,17 +354,15 @@ impl BytePairMerger {
         queue: &mut BinaryHeap<Reverse<(u32, u32, u32)>>,
         out: &mut Vec<u32>,
     ) {
-        let last = piece.len() as u32 - 1;
         symbols.clear();
-        symbols.extend(piece.iter().enumerate().map(|(at, &byte)| {
-            let at = at as u32;
-            Symbol {
-                id: self.byte_ids[byte as usize],
-                prev: if at == 0 { NONE } else { at - 1 },
-                next: if at == last { NONE } else { at + 1 },
-                len: 1,
-            }
-        }));
+        self.alphabet.first_ids(piece, |id| {
+            let at = symbols.len() as u32;
+            // The first symbol has no previous one: 0 - 1 wraps to `NONE`.
+            symbols.push(Symbol { id, prev: at.wrapping_sub(1), next: at + 1, len: 1 });
+        });
+        let Some(last) = symbols.len().checked_sub(1) else { return };
+        symbols[last].next = NONE;
+        let last = last as u32;
         queue.clear();
         for at in 0..last {
             self.push_pair(symbols, queue, at);

@@ -1,6 +1,8 @@
 //! The fast encoder for byte-level BPE tokenizers (GPT-2, Llama-3, Qwen2, GPT-4o,
 //! DeepSeek-V3 and the like): added tokens, NFC, the tokenizer's own split
-//! regexes, then merges by rank with a per-thread cache of pre-token ids.
+//! regexes, then merges by rank with a per-thread cache of pre-token ids. And for
+//! SentencePiece-style BPE (Llama-2, Gemma): added tokens, spaces to `▁`, pieces
+//! that start at each run of `▁`, characters with byte fallback, then the same merges.
 //!
 //! It is used only for tokenizers whose every component it reproduces (see
 //! `recognize`), and every run still compares its ids with the reference encoder
@@ -10,13 +12,24 @@ use serde_json::Value;
 
 use super::added::{AddedTokens, Part};
 use super::bpe::BytePairMerger;
+use super::kind::EncoderKind;
 use super::pretokenize::PreTokenizer;
-use super::recognize;
+use super::recognize::{self, JoinablePairs};
 
 pub struct FastEncoder {
     added: AddedTokens,
-    pre_tokenizer: PreTokenizer,
+    split: Split,
     merger: BytePairMerger,
+}
+
+/// How text between added tokens becomes the pieces the merges work on.
+enum Split {
+    /// Byte-level BPE: the tokenizer's split regexes.
+    Regex(PreTokenizer),
+    /// SentencePiece-style BPE: `▁` first (with `prepend`) and for every space; the
+    /// whole text is one word to `tokenizers`, but it splits wherever two characters
+    /// are side by side in no merge's result, since no merge can cross there.
+    Metaspace { prepend: bool, joinable: JoinablePairs },
 }
 
 /// Why the fast encoder cannot reproduce a tokenizer (recorded in the manifest as
@@ -35,13 +48,37 @@ impl FastEncoder {
     /// Builds the fast encoder from a tokenizer's serialized form, or says why it
     /// cannot reproduce that tokenizer.
     pub fn for_tokenizer(serialized: &Value) -> Result<FastEncoder, Unsupported> {
+        if serialized["pre_tokenizer"].is_null() && !serialized["normalizer"].is_null() {
+            return FastEncoder::for_sentencepiece(serialized);
+        }
         let nfc = recognize::normalizer_is_nfc(&serialized["normalizer"]).map_err(Unsupported)?;
         let pre_tokenizer =
             PreTokenizer::new(recognize::split_steps(&serialized["pre_tokenizer"]).map_err(Unsupported)?);
         let merger = recognize::merger(&serialized["model"]).map_err(Unsupported)?;
         let added = recognize::added_tokens(&serialized["added_tokens"]).map_err(Unsupported)?;
         let added = AddedTokens::new(&added, nfc).map_err(Unsupported)?;
-        Ok(FastEncoder { added, pre_tokenizer, merger })
+        Ok(FastEncoder { added, split: Split::Regex(pre_tokenizer), merger })
+    }
+
+    fn for_sentencepiece(serialized: &Value) -> Result<FastEncoder, Unsupported> {
+        let prepend = recognize::metaspace_normalizer(&serialized["normalizer"]).map_err(Unsupported)?;
+        let merger = recognize::sentencepiece_merger(&serialized["model"]).map_err(Unsupported)?;
+        let joinable = recognize::joinable_pairs(&serialized["model"]).map_err(Unsupported)?;
+        let added = recognize::added_tokens(&serialized["added_tokens"]).map_err(Unsupported)?;
+        // `tokenizers` would prepend `▁` once per raw part, before finding these.
+        if added.iter().any(|token| token.normalized) {
+            return Err(Unsupported("an added token of a SentencePiece-style tokenizer is normalized".into()));
+        }
+        let added = AddedTokens::new(&added, false).map_err(Unsupported)?;
+        Ok(FastEncoder { added, split: Split::Metaspace { prepend, joinable }, merger })
+    }
+
+    /// What the manifest calls this encoder.
+    pub fn kind(&self) -> EncoderKind {
+        match self.split {
+            Split::Regex(_) => EncoderKind::FastBytelevelBpe,
+            Split::Metaspace { .. } => EncoderKind::FastSentencepieceBpe,
+        }
     }
 
     /// Token ids of `text`. `None` is kept for encoders that can give up on a
@@ -49,21 +86,130 @@ impl FastEncoder {
     pub fn encode(&self, text: &str) -> Option<Vec<u32>> {
         let mut ids = Vec::with_capacity(text.len() / 3);
         let mut spans = Vec::new();
+        let mut normalized = String::new();
         let mut pieces = self.merger.pieces();
-        self.added.for_each_part(text, &mut |part| match part {
-            Part::Token(id) => ids.push(id),
-            Part::Text(text) => self.pre_tokenizer.for_each_piece(text, &mut spans, |start, end| {
-                pieces.encode(&text.as_bytes()[start..end], &mut ids);
-            }),
+        self.added.for_each_part(text, &mut |part| match (part, &self.split) {
+            (Part::Token(id), _) => ids.push(id),
+            (Part::Text(text), Split::Regex(pre_tokenizer)) => {
+                pre_tokenizer.for_each_piece(text, &mut spans, |start, end| {
+                    pieces.encode(&text.as_bytes()[start..end], &mut ids);
+                })
+            }
+            (Part::Text(text), Split::Metaspace { prepend, joinable }) => {
+                metaspace_normalize(text, *prepend, &mut normalized);
+                for_each_unjoinable_piece(&normalized, joinable, |piece| pieces.encode(piece.as_bytes(), &mut ids));
+            }
         });
         Some(ids)
     }
+}
+
+/// SentencePiece's normalizer: `▁` before a non-empty text (with `prepend`), and
+/// `▁` for each space.
+fn metaspace_normalize(text: &str, prepend: bool, out: &mut String) {
+    out.clear();
+    if text.is_empty() {
+        return;
+    }
+    if prepend {
+        out.push('▁');
+    }
+    let mut rest = text;
+    while let Some(space) = rest.find(' ') {
+        out.push_str(&rest[..space]);
+        out.push('▁');
+        rest = &rest[space + 1..];
+    }
+    out.push_str(rest);
+}
+
+/// Calls `on_piece` with each piece of `text` between two characters no token
+/// holds side by side.
+fn for_each_unjoinable_piece<'t>(text: &'t str, joinable: &JoinablePairs, mut on_piece: impl FnMut(&'t str)) {
+    let mut start = 0;
+    let mut chars = text.char_indices();
+    let Some((_, mut previous)) = chars.next() else { return };
+    for (at, c) in chars {
+        if !joinable.contains(previous, c) {
+            on_piece(&text[start..at]);
+            start = at;
+        }
+        previous = c;
+    }
+    on_piece(&text[start..]);
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use serde_json::json;
+
+    /// A tiny Llama-2-shaped tokenizer: byte tokens 3..=258, then `▁ a b ▁a ▁ab`.
+    fn sentencepiece(change: impl Fn(&mut Value)) -> Result<FastEncoder, Unsupported> {
+        let mut vocab = serde_json::Map::new();
+        for (id, token) in ["<unk>", "<s>", "</s>"].into_iter().enumerate() {
+            vocab.insert(token.into(), json!(id));
+        }
+        for byte in 0..256 {
+            vocab.insert(format!("<0x{byte:02X}>"), json!(3 + byte));
+        }
+        for (offset, token) in ["▁", "a", "b", "▁a", "▁ab"].into_iter().enumerate() {
+            vocab.insert(token.into(), json!(259 + offset));
+        }
+        let mut serialized = json!({
+            "added_tokens": [{"id": 1, "content": "<s>", "single_word": false, "lstrip": false, "rstrip": false, "normalized": false, "special": true}],
+            "normalizer": {"type": "Sequence", "normalizers": [
+                {"type": "Prepend", "prepend": "▁"},
+                {"type": "Replace", "pattern": {"String": " "}, "content": "▁"}]},
+            "pre_tokenizer": null,
+            "model": {"type": "BPE", "dropout": null, "unk_token": "<unk>", "continuing_subword_prefix": null,
+                "end_of_word_suffix": null, "fuse_unk": true, "byte_fallback": true, "ignore_merges": false,
+                "vocab": vocab, "merges": [["▁", "a"], ["▁a", "b"]]}
+        });
+        change(&mut serialized);
+        FastEncoder::for_tokenizer(&serialized)
+    }
+
+    #[test]
+    fn sentencepiece_shapes_encode_with_byte_fallback_and_added_tokens() {
+        let llama2 = sentencepiece(|_| {}).unwrap();
+        assert_eq!(llama2.kind(), EncoderKind::FastSentencepieceBpe);
+        // ▁ab ▁ab | <s> | ▁ é as <0xC3> <0xA9>, b
+        assert_eq!(llama2.encode("ab ab<s>éb").unwrap(), [263, 263, 1, 259, 3 + 0xC3, 3 + 0xA9, 261]);
+        let gemma = sentencepiece(|t| t["normalizer"] = t["normalizer"]["normalizers"][1].clone()).unwrap();
+        assert_eq!(gemma.encode("ab ab").unwrap(), [260, 261, 263]);
+    }
+
+    #[test]
+    fn sentencepiece_components_it_cannot_reproduce_are_named() {
+        let reason = |change: &dyn Fn(&mut Value)| sentencepiece(change).err().unwrap().0;
+        assert!(reason(&|t| t["model"]["byte_fallback"] = json!(false)).contains("no byte fallback"));
+        assert!(reason(&|t| t["added_tokens"][0]["normalized"] = json!(true)).contains("is normalized"));
+        let byte_merge = |t: &mut Value| {
+            t["model"]["merges"][0] = json!(["<0x41>", "a"]);
+            t["model"]["vocab"]["<0x41>a"] = json!(264);
+        };
+        assert!(reason(&byte_merge).contains("byte fallback token"));
+        let lowercase = json!({"type": "Lowercase"});
+        assert!(reason(&|t| t["normalizer"] = lowercase.clone()).contains("is not SentencePiece's"));
+    }
+
+    #[test]
+    fn the_normalized_text_splits_only_between_characters_no_merge_joins() {
+        let mut normalized = String::new();
+        metaspace_normalize("a  b", true, &mut normalized);
+        assert_eq!(normalized, "▁a▁▁b");
+        metaspace_normalize("a b", false, &mut normalized);
+        assert_eq!(normalized, "a▁b");
+        metaspace_normalize("", true, &mut normalized);
+        assert_eq!(normalized, "", "an empty part gets no ▁");
+
+        let model = json!({"merges": [["▁", "a"], ["a", "b"]]});
+        let joinable = recognize::joinable_pairs(&model).unwrap();
+        let mut pieces = Vec::new();
+        for_each_unjoinable_piece("▁ab▁c日b", &joinable, |piece| pieces.push(piece));
+        assert_eq!(pieces, ["▁ab", "▁", "c", "日", "b"]);
+    }
 
     fn gpt2_with(change: impl Fn(&mut Value)) -> Result<FastEncoder, Unsupported> {
         let mut serialized: Value = serde_json::from_str(super::super::builtin_gpt2_json().unwrap()).unwrap();

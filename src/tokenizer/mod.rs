@@ -1,6 +1,18 @@
 //! Tokenizer loading and encoding: a Hugging Face tokenizer (file, vocab + merges,
 //! or the embedded GPT-2) as the reference, the guarded fast path beside it, and
 //! the BOS/EOS rule.
+//!
+//! Adding a tokenizer family to the fast path touches this folder only:
+//! - recognize its components exactly in `recognize` (anything not reproduced
+//!   exactly is an `Unsupported` reason, and the family keeps `tokenizers`);
+//! - a split pattern that deserves a scanner goes in `patterns` and `scanner`, with
+//!   its pattern added to the scanner's property test against `fancy-regex`;
+//! - a new way of turning text into pieces is a `Split` of `fast::FastEncoder`, and
+//!   a new manifest name for it an `EncoderKind` in `kind` (`cache` and `prepare`
+//!   only ask `is_fast`);
+//! - the family goes into `tests/fast_encoder.rs`'s families, trained by Python
+//!   `tokenizers` in `tests/python/byte_level_families.py`, so its ids are checked
+//!   against Python's on every test document and through `prepare`.
 
 mod added;
 mod bpe;
@@ -8,6 +20,7 @@ mod bytelevel;
 mod fast;
 mod for_readers;
 mod gpt2;
+mod kind;
 mod patterns;
 mod pretokenize;
 mod ranks;
@@ -20,7 +33,6 @@ use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
-use crate::cache::manifest::EncoderKind;
 use crate::cache::memo::memoized_hash;
 use crate::errors::{Failure, Fault};
 use crate::hub::{HubError, HubRepo, RepoType};
@@ -28,6 +40,7 @@ use crate::spec::Spec;
 pub use fast::{FastEncoder, Unsupported};
 use for_readers::SpecialTokens;
 pub use gpt2::builtin_tokenizer_json as builtin_gpt2_json;
+pub use kind::EncoderKind;
 pub use ranks::{Ranks, llama3_style_tokenizer_json};
 
 #[derive(Debug, thiserror::Error)]
@@ -283,6 +296,11 @@ impl Encoders {
         self.fast.is_some()
     }
 
+    /// The kind of the fast encoder, when there is one.
+    pub fn fast_kind(&self) -> Option<EncoderKind> {
+        self.fast.as_ref().map(FastEncoder::kind)
+    }
+
     /// Ids of one document with the reference encoder, before BOS/EOS.
     pub fn encode_reference(&self, text: &str) -> Result<Vec<u32>, EncodeError> {
         self.reference.encode_fast(text, self.add_special_tokens).map(|e| e.get_ids().to_vec()).map_err(EncodeError)
@@ -290,7 +308,7 @@ impl Encoders {
 
     /// Ids of one document with the chosen encoder, before BOS/EOS.
     pub fn encode(&self, text: &str, kind: EncoderKind) -> Result<Vec<u32>, EncodeError> {
-        if kind == EncoderKind::FastBytelevelBpe
+        if kind.is_fast()
             && let Some(ids) = self.fast.as_ref().and_then(|fast| fast.encode(text))
         {
             return Ok(ids);

@@ -2,13 +2,16 @@
 //! component it cannot reproduce. Accepted: an optional NFC normalizer; `Split`
 //! pre-tokenizers (one, or a `Sequence`) ending in `ByteLevel` without a prefix
 //! space; a BPE model without dropout, affixes or byte fallback whose merges
-//! build on all 256 byte tokens; added tokens that strip nothing.
+//! build on all 256 byte tokens; added tokens that strip nothing. Or, for
+//! SentencePiece-style BPE (Llama-2, Gemma): no pre-tokenizer, a normalizer that
+//! turns spaces into `▁` (after prepending one, or not), byte fallback on all 256
+//! `<0xXX>` tokens that no merge uses, and added tokens matched in the raw text.
 
 use rustc_hash::FxHashMap;
 use serde_json::{Map, Value};
 
 use super::added::AddedToken;
-use super::bpe::{BytePairMerger, Merge};
+use super::bpe::{Alphabet, BytePairMerger, Merge};
 use super::bytelevel::{byte_to_char, token_to_bytes};
 use super::patterns::BYTE_LEVEL_PATTERN;
 use super::pretokenize::{Behavior, SplitStep};
@@ -90,11 +93,11 @@ pub fn added_tokens(added: &Value) -> Result<Vec<AddedToken>, String> {
 /// The BPE model as a merger: byte tokens, and merges ranked by their place in `merges`.
 pub fn merger(model: &Value) -> Result<BytePairMerger, String> {
     check_model(model)?;
+    if model["byte_fallback"] == true {
+        return Err("the BPE model uses byte fallback".into());
+    }
     let vocab = model["vocab"].as_object().ok_or("the BPE model has no vocabulary")?;
-    // JSON objects are ordered maps: three string-compared tree lookups per merge
-    // took most of the time to load a large tokenizer. A hash map is built once.
-    let ids: FxHashMap<&str, u32> =
-        vocab.iter().filter_map(|(token, id)| Some((token.as_str(), u32::try_from(id.as_u64()?).ok()?))).collect();
+    let ids = token_ids(vocab);
     let id_of = |token: &str| ids.get(token).copied();
     let mut byte_ids = [0u32; 256];
     for (byte, slot) in byte_ids.iter_mut().enumerate() {
@@ -103,7 +106,118 @@ pub fn merger(model: &Value) -> Result<BytePairMerger, String> {
     }
     let merges = merges(model, &id_of)?;
     let whole_tokens = (model["ignore_merges"] == true).then(|| whole_tokens(vocab));
-    Ok(BytePairMerger::new(byte_ids, merges, whole_tokens))
+    Ok(BytePairMerger::new(Alphabet::Bytes(byte_ids), merges, whole_tokens))
+}
+
+/// The vocabulary by token. JSON objects are ordered maps: three string-compared
+/// tree lookups per merge took most of the time to load a large tokenizer.
+fn token_ids(vocab: &Map<String, Value>) -> FxHashMap<&str, u32> {
+    vocab.iter().filter_map(|(token, id)| Some((token.as_str(), u32::try_from(id.as_u64()?).ok()?))).collect()
+}
+
+/// For a SentencePiece-style tokenizer (no pre-tokenizer), whether its normalizer
+/// prepends `▁` before turning spaces into `▁` (Llama-2) or only turns them (Gemma).
+pub fn metaspace_normalizer(normalizer: &Value) -> Result<bool, String> {
+    let replaces_spaces = |n: &Value| n["type"] == "Replace" && n["pattern"]["String"] == " " && n["content"] == "▁";
+    let prepends = |n: &Value| n["type"] == "Prepend" && n["prepend"] == "▁";
+    let steps = match normalizer["type"].as_str() {
+        Some("Sequence") => normalizer["normalizers"].as_array().map(Vec::as_slice).unwrap_or_default(),
+        _ => std::slice::from_ref(normalizer),
+    };
+    match steps {
+        [replace] if replaces_spaces(replace) => Ok(false),
+        [prepend, replace] if prepends(prepend) && replaces_spaces(replace) => Ok(true),
+        _ => Err(format!(
+            "the tokenizer has no pre-tokenizer and its normalizer {} is not SentencePiece's (Prepend and Replace of spaces by ▁)",
+            normalizer["type"]
+        )),
+    }
+}
+
+/// A SentencePiece-style BPE model as a merger: characters of the vocabulary, the
+/// others by byte fallback, and merges ranked by their place in `merges`.
+pub fn sentencepiece_merger(model: &Value) -> Result<BytePairMerger, String> {
+    check_model(model)?;
+    if model["byte_fallback"] != true {
+        return Err("the SentencePiece-style BPE model has no byte fallback".into());
+    }
+    if model["ignore_merges"] == true {
+        return Err("the SentencePiece-style BPE model ignores merges".into());
+    }
+    let vocab = model["vocab"].as_object().ok_or("the BPE model has no vocabulary")?;
+    let ids = token_ids(vocab);
+    let id_of = |token: &str| ids.get(token).copied();
+    let mut byte_tokens = [0u32; 256];
+    for (byte, slot) in byte_tokens.iter_mut().enumerate() {
+        *slot = id_of(&format!("<0x{byte:02X}>"))
+            .ok_or_else(|| format!("the vocabulary lacks the byte fallback token <0x{byte:02X}>"))?;
+    }
+    let mut ascii = [0u32; 128];
+    for (code, slot) in ascii.iter_mut().enumerate() {
+        *slot = id_of(&(code as u8 as char).to_string()).unwrap_or(byte_tokens[code]);
+    }
+    let others = ids
+        .iter()
+        .filter_map(|(token, &id)| {
+            let mut chars = token.chars();
+            match (chars.next(), chars.next()) {
+                (Some(c), None) if !c.is_ascii() => Some((c, id)),
+                _ => None,
+            }
+        })
+        .collect();
+    let merges = merges(model, &id_of)?;
+    Ok(BytePairMerger::new(Alphabet::Chars { ascii, others, byte_tokens }, merges, None))
+}
+
+/// Every two characters that some merge's result has side by side: a text splits
+/// between any other two without changing its tokens, since no merge can join them.
+/// Byte fallback tokens stand for bytes, not for their names' characters, so no
+/// merge may use one.
+pub fn joinable_pairs(model: &Value) -> Result<JoinablePairs, String> {
+    let list = model["merges"].as_array().ok_or("the BPE model has no merges")?;
+    let mut pairs = JoinablePairs::default();
+    for (rank, merge) in list.iter().enumerate() {
+        let (left, right) = merge_pair(merge).ok_or_else(|| format!("merge {rank} is not a pair of tokens"))?;
+        if is_byte_token(left) || is_byte_token(right) {
+            return Err(format!("merge {rank} ({left:?} {right:?}) merges a byte fallback token"));
+        }
+        let joined = left.chars().chain(right.chars());
+        for (first, second) in joined.clone().zip(joined.skip(1)) {
+            pairs.insert(first, second);
+        }
+    }
+    Ok(pairs)
+}
+
+fn is_byte_token(token: &str) -> bool {
+    token.len() == 6 && token.starts_with("<0x") && token.ends_with('>')
+}
+
+/// Pairs of characters: ASCII ones in a bit table, the others in a set.
+#[derive(Default)]
+pub struct JoinablePairs {
+    ascii: Vec<u128>,
+    others: rustc_hash::FxHashSet<(char, char)>,
+}
+
+impl JoinablePairs {
+    fn insert(&mut self, first: char, second: char) {
+        if first.is_ascii() && second.is_ascii() {
+            self.ascii.resize(128, 0);
+            self.ascii[first as usize] |= 1 << second as u32;
+        } else {
+            self.others.insert((first, second));
+        }
+    }
+
+    /// Whether a token can hold `first` then `second`.
+    pub fn contains(&self, first: char, second: char) -> bool {
+        if first.is_ascii() && second.is_ascii() {
+            return self.ascii.get(first as usize).is_some_and(|bits| bits & (1 << second as u32) != 0);
+        }
+        self.others.contains(&(first, second))
+    }
 }
 
 fn check_model(model: &Value) -> Result<(), String> {
@@ -115,9 +229,6 @@ fn check_model(model: &Value) -> Result<(), String> {
     if !no_dropout || !empty(&model["continuing_subword_prefix"]) || !empty(&model["end_of_word_suffix"]) {
         return Err("the BPE model uses dropout or subword affixes".into());
     }
-    if model["byte_fallback"] == true {
-        return Err("the BPE model uses byte fallback".into());
-    }
     Ok(())
 }
 
@@ -128,15 +239,7 @@ fn merges(model: &Value, id_of: &dyn Fn(&str) -> Option<u32>) -> Result<FxHashMa
     merges.reserve(list.len());
     let mut joined = String::new();
     for (rank, merge) in list.iter().enumerate() {
-        let (left, right) = match merge {
-            Value::String(line) => line.split_once(' ').filter(|(_, right)| !right.contains(' ')),
-            Value::Array(pair) => match pair.as_slice() {
-                [Value::String(left), Value::String(right)] => Some((left.as_str(), right.as_str())),
-                _ => None,
-            },
-            _ => None,
-        }
-        .ok_or_else(|| format!("merge {rank} is not a pair of tokens"))?;
+        let (left, right) = merge_pair(merge).ok_or_else(|| format!("merge {rank} is not a pair of tokens"))?;
         joined.clear();
         joined.push_str(left);
         joined.push_str(right);
@@ -147,6 +250,18 @@ fn merges(model: &Value, id_of: &dyn Fn(&str) -> Option<u32>) -> Result<FxHashMa
         merges.insert((left, right), Merge { rank: rank as u32, id });
     }
     Ok(merges)
+}
+
+/// A merge's two tokens, written `"left right"` or `["left", "right"]`.
+fn merge_pair(merge: &Value) -> Option<(&str, &str)> {
+    match merge {
+        Value::String(line) => line.split_once(' ').filter(|(_, right)| !right.contains(' ')),
+        Value::Array(pair) => match pair.as_slice() {
+            [Value::String(left), Value::String(right)] => Some((left.as_str(), right.as_str())),
+            _ => None,
+        },
+        _ => None,
+    }
 }
 
 /// Every byte-level vocabulary token by its bytes, for `ignore_merges`.

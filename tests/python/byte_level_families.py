@@ -41,7 +41,8 @@ def byte_level(use_regex=False):
 
 
 def families():
-    """name -> (normalizer, pre_tokenizer, ignore_merges)."""
+    """name -> (normalizer, pre_tokenizer, ignore_merges) of the byte-level families; the
+    SentencePiece-style ones are trained beside llama3 in main."""
     split = lambda pattern, behavior="isolated", invert=False: pre_tokenizers.Split(  # noqa: E731
         Regex(pattern), behavior=behavior, invert=invert
     )
@@ -94,6 +95,26 @@ def train(normalizer, pre_tokenizer, ignore_merges):
     return tokenizer
 
 
+def train_sentencepiece(prepend):
+    """SentencePiece-style BPE as Llama-2 (prepend) or Gemma (no prepend) ship it: spaces
+    become ▁, byte fallback on <0xXX> tokens, fuse_unk, and no pre-tokenizer."""
+    specials = ["<unk>", "<s>", "</s>"]
+    byte_tokens = [f"<0x{b:02X}>" for b in range(256)]
+    tokenizer = Tokenizer(models.BPE(unk_token="<unk>", byte_fallback=True, fuse_unk=True))
+    replace = normalizers.Replace(" ", "▁")
+    tokenizer.normalizer = normalizers.Sequence([normalizers.Prepend("▁"), replace]) if prepend else replace
+    # Trained on words: a whole document as one word is far too slow to train on.
+    tokenizer.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="never")
+    trainer = trainers.BpeTrainer(vocab_size=1500, special_tokens=specials + byte_tokens, show_progress=False)
+    tokenizer.train_from_iterator(training_text(), trainer=trainer)
+    tokenizer.pre_tokenizer = None
+    tokenizer.add_tokens([AddedToken("<tab>", normalized=False)])
+    value = json.loads(tokenizer.to_str())
+    # The byte tokens are ordinary vocabulary, not added tokens.
+    value["added_tokens"] = [t for t in value["added_tokens"] if t["content"] not in byte_tokens]
+    return json.dumps(value)
+
+
 def permuted(tokenizer_json, seed):
     """The same tokenizer with its vocabulary ids shuffled: merge order no longer follows id order."""
     value = json.loads(tokenizer_json)
@@ -116,6 +137,9 @@ def main():
         variants = {name: text}
         if name == "llama3":
             variants["llama3_permuted"] = permuted(text, seed=15)
+        if name == "llama3":
+            variants["llama2_sentencepiece"] = train_sentencepiece(prepend=True)
+            variants["gemma_sentencepiece"] = train_sentencepiece(prepend=False)
         for variant, variant_text in variants.items():
             tokenizer = Tokenizer.from_str(variant_text)
             os.makedirs(os.path.join(out, variant), exist_ok=True)
