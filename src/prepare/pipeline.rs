@@ -104,9 +104,11 @@ fn encode_batch(
             let ids = context.encoders.encode(&document.text, kind).map_err(encode_error)?;
             if kind.is_fast() && (first_index + offset as u64).is_multiple_of(SAMPLE_EVERY) {
                 let sample = sample_of(&document.text);
-                let fast = match sample.len() == document.text.len() {
-                    true => None,
-                    false => Some(context.encoders.encode(sample, kind).map_err(encode_error)?),
+                // A whole document's ids are already at hand.
+                let fast = if sample.len() < document.text.len() {
+                    Some(context.encoders.encode(sample, kind).map_err(encode_error)?)
+                } else {
+                    None
                 };
                 let reference = context.encoders.encode_reference(sample).map_err(encode_error)?;
                 if reference != *fast.as_ref().unwrap_or(&ids) {

@@ -242,13 +242,12 @@ impl Encoders {
         };
         // Truncation or padding stored in a tokenizer.json would silently cut or pad
         // documents; packing is ferry's job. Readers get the tokenizer as encoding used it.
-        let serialized = match reference.get_truncation().is_none() && reference.get_padding().is_none() {
-            true => canonical,
-            false => {
-                reference.with_truncation(None).map_err(|err| load_error(&err))?;
-                reference.with_padding(None);
-                reference.to_string(false).map_err(|err| load_error(&err))?
-            }
+        let serialized = if reference.get_truncation().is_none() && reference.get_padding().is_none() {
+            canonical
+        } else {
+            reference.with_truncation(None).map_err(|err| load_error(&err))?;
+            reference.with_padding(None);
+            reference.to_string(false).map_err(|err| load_error(&err))?
         };
         // Building the vocabulary map costs a few hundredths of a second for a large one: once.
         let vocab = reference.get_vocab(true);

@@ -99,11 +99,8 @@ pub fn merger(model: &Value) -> Result<BytePairMerger, String> {
     let vocab = model["vocab"].as_object().ok_or("the BPE model has no vocabulary")?;
     let ids = token_ids(vocab);
     let id_of = |token: &str| ids.get(token).copied();
-    let mut byte_ids = [0u32; 256];
-    for (byte, slot) in byte_ids.iter_mut().enumerate() {
-        *slot = id_of(&byte_to_char()[byte].to_string())
-            .ok_or_else(|| format!("the vocabulary lacks the token for byte 0x{byte:02x}"))?;
-    }
+    let byte_ids = token_per_byte(&ids, |byte| byte_to_char()[byte as usize].to_string())
+        .map_err(|byte| format!("the vocabulary lacks the token for byte 0x{byte:02x}"))?;
     let merges = merges(model, &id_of)?;
     let whole_tokens = (model["ignore_merges"] == true).then(|| whole_tokens(vocab));
     Ok(BytePairMerger::new(Alphabet::Bytes(byte_ids), merges, whole_tokens))
@@ -113,6 +110,15 @@ pub fn merger(model: &Value) -> Result<BytePairMerger, String> {
 /// tree lookups per merge took most of the time to load a large tokenizer.
 fn token_ids(vocab: &Map<String, Value>) -> FxHashMap<&str, u32> {
     vocab.iter().filter_map(|(token, id)| Some((token.as_str(), u32::try_from(id.as_u64()?).ok()?))).collect()
+}
+
+/// Each byte's token, as `name` spells it; the first byte without one is the error.
+fn token_per_byte(ids: &FxHashMap<&str, u32>, name: impl Fn(u8) -> String) -> Result<[u32; 256], u8> {
+    let mut table = [0u32; 256];
+    for (byte, slot) in (0..=u8::MAX).zip(table.iter_mut()) {
+        *slot = ids.get(name(byte).as_str()).copied().ok_or(byte)?;
+    }
+    Ok(table)
 }
 
 /// For a SentencePiece-style tokenizer (no pre-tokenizer), whether its normalizer
@@ -147,11 +153,8 @@ pub fn sentencepiece_merger(model: &Value) -> Result<BytePairMerger, String> {
     let vocab = model["vocab"].as_object().ok_or("the BPE model has no vocabulary")?;
     let ids = token_ids(vocab);
     let id_of = |token: &str| ids.get(token).copied();
-    let mut byte_tokens = [0u32; 256];
-    for (byte, slot) in byte_tokens.iter_mut().enumerate() {
-        *slot = id_of(&format!("<0x{byte:02X}>"))
-            .ok_or_else(|| format!("the vocabulary lacks the byte fallback token <0x{byte:02X}>"))?;
-    }
+    let byte_tokens = token_per_byte(&ids, |byte| format!("<0x{byte:02X}>"))
+        .map_err(|byte| format!("the vocabulary lacks the byte fallback token <0x{byte:02X}>"))?;
     let mut ascii = [0u32; 128];
     for (code, slot) in ascii.iter_mut().enumerate() {
         *slot = id_of(&(code as u8 as char).to_string()).unwrap_or(byte_tokens[code]);
@@ -176,7 +179,7 @@ pub fn sentencepiece_merger(model: &Value) -> Result<BytePairMerger, String> {
 /// merge may use one.
 pub fn joinable_pairs(model: &Value) -> Result<JoinablePairs, String> {
     let list = model["merges"].as_array().ok_or("the BPE model has no merges")?;
-    let mut pairs = JoinablePairs::default();
+    let mut pairs = JoinablePairs { ascii: Box::new([0; 128]), others: Default::default() };
     for (rank, merge) in list.iter().enumerate() {
         let (left, right) = merge_pair(merge).ok_or_else(|| format!("merge {rank} is not a pair of tokens"))?;
         if is_byte_token(left) || is_byte_token(right) {
@@ -195,16 +198,15 @@ fn is_byte_token(token: &str) -> bool {
 }
 
 /// Pairs of characters: ASCII ones in a bit table, the others in a set.
-#[derive(Default)]
 pub struct JoinablePairs {
-    ascii: Vec<u128>,
+    /// Bit `second` of `ascii[first]`.
+    ascii: Box<[u128; 128]>,
     others: rustc_hash::FxHashSet<(char, char)>,
 }
 
 impl JoinablePairs {
     fn insert(&mut self, first: char, second: char) {
         if first.is_ascii() && second.is_ascii() {
-            self.ascii.resize(128, 0);
             self.ascii[first as usize] |= 1 << second as u32;
         } else {
             self.others.insert((first, second));
@@ -214,7 +216,7 @@ impl JoinablePairs {
     /// Whether a token can hold `first` then `second`.
     pub fn contains(&self, first: char, second: char) -> bool {
         if first.is_ascii() && second.is_ascii() {
-            return self.ascii.get(first as usize).is_some_and(|bits| bits & (1 << second as u32) != 0);
+            return self.ascii[first as usize] & (1 << second as u32) != 0;
         }
         self.others.contains(&(first, second))
     }
