@@ -10,6 +10,8 @@ use std::collections::BinaryHeap;
 use rustc_hash::FxHashMap;
 use thread_local::ThreadLocal;
 
+use super::by_rank::{self, RankBuckets};
+
 /// Pre-tokens longer than this are encoded without the cache: they are rare, and
 /// keeping them would let a few huge pieces fill it.
 const CACHED_PIECE_MAX: usize = 64;
@@ -87,6 +89,10 @@ pub struct BytePairMerger {
     merges: FxHashMap<(u32, u32), Merge>,
     /// With `ignore_merges`, a pre-token that is itself in the vocabulary is that token.
     whole_tokens: Option<FxHashMap<Vec<u8>, u32>>,
+    /// Ranks in the merge list.
+    ranks: usize,
+    /// Whether long pieces can merge rank by rank (see `by_rank`).
+    rank_ordered: bool,
     caches: ThreadLocal<RefCell<PieceCache>>,
 }
 
@@ -95,9 +101,15 @@ struct PieceCache {
     recent: RecentPieces,
     current: Generation,
     previous: Generation,
-    /// Reused merge state, so encoding a piece allocates nothing once warm.
+    merging: MergeState,
+}
+
+/// Reused merge state, so encoding a piece allocates nothing once warm.
+#[derive(Default)]
+struct MergeState {
     symbols: Vec<Symbol>,
     queue: BinaryHeap<Reverse<(u32, u32, u32)>>,
+    buckets: RankBuckets,
 }
 
 #[derive(Default)]
@@ -268,7 +280,7 @@ impl Pieces<'_> {
         match merger.whole_tokens.as_ref().and_then(|tokens| tokens.get(piece)) {
             Some(&id) => out.push(id),
             None if piece.len() <= SHORT_PIECE_MAX => merger.merge_short(piece, out),
-            None => merger.merge(piece, &mut cache.symbols, &mut cache.queue, out),
+            None => merger.merge(piece, &mut cache.merging, out),
         }
         if let Some(key) = key {
             cache.insert(piece, key, start, out);
@@ -279,14 +291,31 @@ impl Pieces<'_> {
 /// One token of a word being merged, in a linked list over the word's bytes; a
 /// symbol merged into its left neighbour has `len == 0`.
 #[derive(Clone, Copy)]
-struct Symbol {
-    id: u32,
-    prev: u32,
-    next: u32,
-    len: u32,
+pub(super) struct Symbol {
+    pub id: u32,
+    pub prev: u32,
+    pub next: u32,
+    pub len: u32,
 }
 
-const NONE: u32 = u32::MAX;
+pub(super) const NONE: u32 = u32::MAX;
+
+/// Merges the symbol at `at` with its right neighbour into the token `id`, then
+/// calls `paired` with each symbol that has a new right neighbour: the merged one
+/// (unless it is last now) and the one before it.
+pub(super) fn merge_with_next(symbols: &mut [Symbol], at: u32, id: u32, mut paired: impl FnMut(&[Symbol], u32)) {
+    let symbol = symbols[at as usize];
+    let right = symbols[symbol.next as usize];
+    symbols[at as usize] = Symbol { id, len: symbol.len + right.len, next: right.next, ..symbol };
+    symbols[symbol.next as usize].len = 0;
+    if right.next != NONE {
+        symbols[right.next as usize].prev = at;
+        paired(symbols, at);
+    }
+    if symbol.prev != NONE {
+        paired(symbols, symbol.prev);
+    }
+}
 
 impl BytePairMerger {
     pub fn new(
@@ -294,7 +323,9 @@ impl BytePairMerger {
         merges: FxHashMap<(u32, u32), Merge>,
         whole_tokens: Option<FxHashMap<Vec<u8>, u32>>,
     ) -> BytePairMerger {
-        BytePairMerger { alphabet, merges, whole_tokens, caches: ThreadLocal::new() }
+        let ranks = merges.values().map(|merge| merge.rank as usize + 1).max().unwrap_or(0);
+        let rank_ordered = by_rank::rank_ordered(&merges);
+        BytePairMerger { alphabet, merges, whole_tokens, ranks, rank_ordered, caches: ThreadLocal::new() }
     }
 
     /// The encoder of one text's pieces, holding this thread's cache while it lives.
@@ -346,25 +377,35 @@ impl BytePairMerger {
         out.extend_from_slice(&ids[..len]);
     }
 
-    /// `tokenizers`' `Word::merge_all` without dropout.
-    fn merge(
-        &self,
-        piece: &[u8],
-        symbols: &mut Vec<Symbol>,
-        queue: &mut BinaryHeap<Reverse<(u32, u32, u32)>>,
-        out: &mut Vec<u32>,
-    ) {
+    /// `tokenizers`' `Word::merge_all` without dropout: rank by rank where the merge
+    /// list allows it, else through a priority queue as `tokenizers` does.
+    fn merge(&self, piece: &[u8], state: &mut MergeState, out: &mut Vec<u32>) {
+        let symbols = &mut state.symbols;
+        self.first_symbols(piece, symbols);
+        if self.rank_ordered {
+            state.buckets.merge(&self.merges, self.ranks, symbols);
+        } else {
+            self.merge_queued(symbols, &mut state.queue);
+        }
+        out.extend(symbols.iter().filter(|symbol| symbol.len > 0).map(|symbol| symbol.id));
+    }
+
+    /// The piece's symbols before any merge, as a linked list.
+    fn first_symbols(&self, piece: &[u8], symbols: &mut Vec<Symbol>) {
         symbols.clear();
         self.alphabet.first_ids(piece, |id| {
             let at = symbols.len() as u32;
             // The first symbol has no previous one: 0 - 1 wraps to `NONE`.
             symbols.push(Symbol { id, prev: at.wrapping_sub(1), next: at + 1, len: 1 });
         });
-        let Some(last) = symbols.len().checked_sub(1) else { return };
-        symbols[last].next = NONE;
-        let last = last as u32;
+        if let Some(last) = symbols.last_mut() {
+            last.next = NONE;
+        }
+    }
+
+    fn merge_queued(&self, symbols: &mut [Symbol], queue: &mut BinaryHeap<Reverse<(u32, u32, u32)>>) {
         queue.clear();
-        for at in 0..last {
+        for at in 0..symbols.len().saturating_sub(1) as u32 {
             self.push_pair(symbols, queue, at);
         }
         while let Some(Reverse((_, at, new_id))) = queue.pop() {
@@ -377,17 +418,8 @@ impl BytePairMerger {
             if self.merges.get(&(symbol.id, right.id)).is_none_or(|merge| merge.id != new_id) {
                 continue;
             }
-            symbols[at as usize] = Symbol { id: new_id, len: symbol.len + right.len, next: right.next, ..symbol };
-            symbols[symbol.next as usize].len = 0;
-            if right.next != NONE {
-                symbols[right.next as usize].prev = at;
-                self.push_pair(symbols, queue, at);
-            }
-            if symbol.prev != NONE {
-                self.push_pair(symbols, queue, symbol.prev);
-            }
+            merge_with_next(symbols, at, new_id, |symbols, at| self.push_pair(symbols, queue, at));
         }
-        out.extend(symbols.iter().filter(|symbol| symbol.len > 0).map(|symbol| symbol.id));
     }
 
     /// Queues the merge of the symbol at `at` with its right neighbour, if there is one.
@@ -413,17 +445,30 @@ mod tests {
         super::super::recognize::merger(&serialized["model"]).unwrap()
     });
 
-    fn merged_both_ways(merger: &BytePairMerger, piece: &[u8]) -> (Vec<u32>, Vec<u32>) {
-        let (mut short, mut queued) = (Vec::new(), Vec::new());
-        merger.merge_short(piece, &mut short);
-        merger.merge(piece, &mut Vec::new(), &mut BinaryHeap::new(), &mut queued);
-        (short, queued)
+    /// A piece merged by `merge_short` (when short enough), the queue and by rank.
+    fn merged_every_way(merger: &BytePairMerger, piece: &[u8]) -> Vec<Vec<u32>> {
+        let mut symbols = Vec::new();
+        let mut ways = Vec::new();
+        if piece.len() <= SHORT_PIECE_MAX {
+            let mut short = Vec::new();
+            merger.merge_short(piece, &mut short);
+            ways.push(short);
+        }
+        merger.first_symbols(piece, &mut symbols);
+        merger.merge_queued(&mut symbols, &mut BinaryHeap::new());
+        ways.push(symbols.iter().filter(|symbol| symbol.len > 0).map(|symbol| symbol.id).collect());
+        merger.first_symbols(piece, &mut symbols);
+        RankBuckets::default().merge(&merger.merges, merger.ranks, &mut symbols);
+        ways.push(symbols.iter().filter(|symbol| symbol.len > 0).map(|symbol| symbol.id).collect());
+        ways
     }
 
     #[test]
-    fn short_merges_equal_queued_merges_on_words_and_runs() {
+    fn every_way_of_merging_gives_the_same_ids_on_words_and_runs() {
         let merger = &*GPT2;
-        let pieces: [&[u8]; 8] = [
+        assert!(merger.rank_ordered, "GPT-2's merges are in training order");
+        let long_word: Vec<u8> = (0..5000u32).map(|n| b"etaoinshrdlu"[(n * n % 12) as usize]).collect();
+        let pieces: [&[u8]; 10] = [
             b" the",
             b"aaaaaaaaaaaaaaaa",
             b" internationalization",
@@ -432,19 +477,21 @@ mod tests {
             b"ab",
             b"\xe2\x80\x99s",
             b"0123456789abcdef0123456789abcdef",
+            &[b'a'; 3000],
+            &long_word,
         ];
         for piece in pieces {
-            let (short, queued) = merged_both_ways(merger, piece);
-            assert_eq!(short, queued, "{piece:?}");
+            let ways = merged_every_way(merger, piece);
+            assert!(ways.windows(2).all(|pair| pair[0] == pair[1]), "{:?}: {ways:?}", String::from_utf8_lossy(piece));
         }
     }
 
     proptest! {
         #[test]
-        fn short_merges_equal_queued_merges(piece in proptest::collection::vec(
-            prop_oneof![b'a'..=b'z', Just(b' '), Just(b'e'), Just(b't'), b'0'..=b'9', any::<u8>()], 2..=SHORT_PIECE_MAX)) {
-            let (short, queued) = merged_both_ways(&GPT2, &piece);
-            prop_assert_eq!(short, queued);
+        fn every_way_of_merging_gives_the_same_ids(piece in proptest::collection::vec(
+            prop_oneof![b'a'..=b'z', Just(b' '), Just(b'e'), Just(b't'), b'0'..=b'9', any::<u8>()], 2..=4 * SHORT_PIECE_MAX)) {
+            let ways = merged_every_way(&GPT2, &piece);
+            prop_assert!(ways.windows(2).all(|pair| pair[0] == pair[1]), "{:?}", ways);
         }
     }
 

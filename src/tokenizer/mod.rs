@@ -16,6 +16,7 @@
 
 mod added;
 mod bpe;
+mod by_rank;
 mod bytelevel;
 mod fast;
 mod for_readers;

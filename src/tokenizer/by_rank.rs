@@ -1,0 +1,154 @@
+//! Long pieces merged rank by rank, in time linear in the piece, where the merge
+//! list allows it.
+//!
+//! In a merge list learned by BPE training, a token is merged with others only
+//! after every merge that makes it: each merge that uses a token has a higher rank
+//! than each merge that gives it. Then merging a pair of rank `r` only creates
+//! pairs of higher rank, so the lowest rank waiting never goes down. The pairs can
+//! wait in one bucket per rank, the buckets taken in rank order and each bucket
+//! leftmost first: exactly the order in which `tokenizers`' priority queue takes
+//! them, without a queue operation of `log n` cache misses per merge (a 2 MB word
+//! queues millions of pairs).
+
+use rustc_hash::FxHashMap;
+
+use super::bpe::{Merge, NONE, Symbol, merge_with_next};
+
+/// Whether every merge that uses a token ranks above every merge that gives it,
+/// which `merge` needs.
+pub fn rank_ordered(merges: &FxHashMap<(u32, u32), Merge>) -> bool {
+    let tokens =
+        merges.iter().map(|(&(left, right), merge)| left.max(right).max(merge.id)).max().map_or(0, |id| id + 1);
+    // Ranks are shifted by one, so that 0 is "made by no merge".
+    let mut last_made = vec![0u64; tokens as usize];
+    let mut first_used = vec![u64::MAX; tokens as usize];
+    for (&(left, right), merge) in merges {
+        let rank = merge.rank as u64 + 1;
+        let made = &mut last_made[merge.id as usize];
+        *made = (*made).max(rank);
+        for part in [left, right] {
+            let used = &mut first_used[part as usize];
+            *used = (*used).min(rank);
+        }
+    }
+    last_made.iter().zip(&first_used).all(|(made, used)| made < used)
+}
+
+/// Buckets of waiting pairs, one per rank, kept by a thread between pieces: every
+/// bucket is empty again when `merge` returns.
+#[derive(Default)]
+pub struct RankBuckets {
+    waiting: Waiting,
+    /// One bucket's entries, by position: (position, entry).
+    bucket: Vec<(u32, u32)>,
+}
+
+#[derive(Default)]
+struct Waiting {
+    /// The latest entry of each rank's bucket (a list through `Pair::next`), or `NONE`.
+    heads: Vec<u32>,
+    /// One bit per rank, set while its bucket holds entries.
+    occupied: Vec<u64>,
+    /// No word of `occupied` before this one has a bit set.
+    lowest_word: usize,
+    entries: Vec<Pair>,
+}
+
+/// A pair waiting to merge into `id`: the symbol at `at` with its right
+/// neighbour, while they are still the tokens `left` and `right`.
+#[derive(Clone, Copy)]
+struct Pair {
+    next: u32,
+    at: u32,
+    left: u32,
+    right: u32,
+    id: u32,
+}
+
+impl RankBuckets {
+    /// Merges `symbols` (a linked list, as `BytePairMerger::first_symbols` builds
+    /// it) with `merges`, which must be `rank_ordered`.
+    pub fn merge(&mut self, merges: &FxHashMap<(u32, u32), Merge>, ranks: usize, symbols: &mut [Symbol]) {
+        let waiting = &mut self.waiting;
+        if waiting.heads.len() != ranks {
+            waiting.heads = vec![NONE; ranks];
+            waiting.occupied = vec![0; ranks.div_ceil(64)];
+        }
+        waiting.entries.clear();
+        waiting.lowest_word = 0;
+        for at in 0..symbols.len() as u32 {
+            waiting.push(merges, symbols, at);
+        }
+        while let Some(rank) = waiting.take_lowest_rank() {
+            waiting.take_bucket(rank, &mut self.bucket);
+            for &(_, entry) in &self.bucket {
+                let Pair { at, left, right, id, .. } = waiting.entries[entry as usize];
+                let symbol = symbols[at as usize];
+                // Stale: a side was merged since. A symbol merged into its left
+                // neighbour keeps its id, hence the length; a symbol that took in
+                // its right neighbour has a new id.
+                let stale = symbol.len == 0
+                    || symbol.id != left
+                    || symbols.get(symbol.next as usize).is_none_or(|next| next.id != right);
+                if !stale {
+                    merge_with_next(symbols, at, id, |symbols, at| waiting.push(merges, symbols, at));
+                }
+            }
+        }
+    }
+}
+
+impl Waiting {
+    /// The lowest rank with a bucket, marked empty (its entries are taken next).
+    /// The search starts at the last rank taken, since none below it fills again.
+    fn take_lowest_rank(&mut self) -> Option<usize> {
+        let words = &mut self.occupied[self.lowest_word..];
+        let (offset, bits) = words.iter_mut().enumerate().find(|(_, bits)| **bits != 0)?;
+        self.lowest_word += offset;
+        let rank = self.lowest_word * 64 + bits.trailing_zeros() as usize;
+        *bits &= *bits - 1;
+        Some(rank)
+    }
+
+    /// Moves the bucket of `rank` into `bucket`, leftmost first.
+    fn take_bucket(&mut self, rank: usize, bucket: &mut Vec<(u32, u32)>) {
+        bucket.clear();
+        let mut index = std::mem::replace(&mut self.heads[rank], NONE);
+        while index != NONE {
+            let entry = &self.entries[index as usize];
+            bucket.push((entry.at, index));
+            index = entry.next;
+        }
+        bucket.sort_unstable();
+    }
+
+    /// Queues the merge of the symbol at `at` with its right neighbour, if any.
+    fn push(&mut self, merges: &FxHashMap<(u32, u32), Merge>, symbols: &[Symbol], at: u32) {
+        let symbol = symbols[at as usize];
+        let Some(right) = symbols.get(symbol.next as usize) else { return };
+        let Some(merge) = merges.get(&(symbol.id, right.id)) else { return };
+        let rank = merge.rank as usize;
+        self.entries.push(Pair { next: self.heads[rank], at, left: symbol.id, right: right.id, id: merge.id });
+        self.heads[rank] = (self.entries.len() - 1) as u32;
+        self.occupied[rank / 64] |= 1 << (rank % 64);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn merges(list: &[((u32, u32), u32)]) -> FxHashMap<(u32, u32), Merge> {
+        list.iter().enumerate().map(|(rank, &(pair, id))| (pair, Merge { rank: rank as u32, id })).collect()
+    }
+
+    #[test]
+    fn trained_orders_pass_and_a_token_used_before_it_is_made_fails() {
+        // a=0 b=1 c=2; ab=3, abc=4
+        assert!(rank_ordered(&merges(&[((0, 1), 3), ((3, 2), 4)])));
+        assert!(!rank_ordered(&merges(&[((3, 2), 4), ((0, 1), 3)])));
+        // bc=5; abc made twice, by (ab, c) at rank 2 and (a, bc) at rank 4, and used at rank 3.
+        let twice = merges(&[((0, 1), 3), ((1, 2), 5), ((3, 2), 4), ((4, 4), 6), ((0, 5), 4)]);
+        assert!(!rank_ordered(&twice));
+    }
+}
