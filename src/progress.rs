@@ -2,8 +2,7 @@
 //! one line at a steady interval (from the settings: `FERRY_PROGRESS_INTERVAL`).
 
 use std::io::IsTerminal;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -21,7 +20,8 @@ pub enum ProgressMode {
 /// A running report. `snapshot` returns (done, total, line): the position for the
 /// bar and the text for log lines. Stops when dropped.
 pub struct Reporter {
-    stop: Arc<AtomicBool>,
+    /// Dropped to stop the thread, which wakes at once rather than at its next poll.
+    stop: Option<Sender<()>>,
     thread: Option<JoinHandle<()>>,
 }
 
@@ -30,28 +30,31 @@ impl Reporter {
     where
         F: Fn(Duration) -> (u64, u64, String) + Send + 'static,
     {
-        let stop = Arc::new(AtomicBool::new(false));
+        let (stop, stopped) = mpsc::channel();
         let thread = match mode {
             ProgressMode::Hidden => None,
-            ProgressMode::Auto { .. } if std::io::stderr().is_terminal() => {
-                Some(spawn_bar(stop.clone(), label, snapshot))
-            }
-            ProgressMode::Auto { line_interval } => Some(spawn_lines(stop.clone(), label, line_interval, snapshot)),
+            ProgressMode::Auto { .. } if std::io::stderr().is_terminal() => Some(spawn_bar(stopped, label, snapshot)),
+            ProgressMode::Auto { line_interval } => Some(spawn_lines(stopped, label, line_interval, snapshot)),
         };
-        Reporter { stop, thread }
+        Reporter { stop: Some(stop), thread }
     }
 }
 
 impl Drop for Reporter {
     fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
+        drop(self.stop.take());
         if let Some(thread) = self.thread.take() {
             let _ = thread.join();
         }
     }
 }
 
-fn spawn_bar<F>(stop: Arc<AtomicBool>, label: &'static str, snapshot: F) -> JoinHandle<()>
+/// Waits up to `timeout`; false once the reporter is dropped.
+fn still_running(stopped: &Receiver<()>, timeout: Duration) -> bool {
+    stopped.recv_timeout(timeout) == Err(RecvTimeoutError::Timeout)
+}
+
+fn spawn_bar<F>(stopped: Receiver<()>, label: &'static str, snapshot: F) -> JoinHandle<()>
 where
     F: Fn(Duration) -> (u64, u64, String) + Send + 'static,
 {
@@ -64,31 +67,28 @@ where
         );
         bar.set_prefix(label);
         let started = Instant::now();
-        while !stop.load(Ordering::Relaxed) {
+        loop {
             let (done, total, line) = snapshot(started.elapsed());
             bar.set_length(total.max(1));
             bar.set_position(done);
             bar.set_message(line);
-            std::thread::sleep(Duration::from_millis(200));
+            if !still_running(&stopped, Duration::from_millis(200)) {
+                break;
+            }
         }
         bar.finish_and_clear();
     })
 }
 
-fn spawn_lines<F>(stop: Arc<AtomicBool>, label: &'static str, interval: Duration, snapshot: F) -> JoinHandle<()>
+fn spawn_lines<F>(stopped: Receiver<()>, label: &'static str, interval: Duration, snapshot: F) -> JoinHandle<()>
 where
     F: Fn(Duration) -> (u64, u64, String) + Send + 'static,
 {
     std::thread::spawn(move || {
         let started = Instant::now();
-        let mut next = started + interval;
-        while !stop.load(Ordering::Relaxed) {
-            std::thread::sleep(Duration::from_millis(100).min(interval));
-            if Instant::now() >= next {
-                let (_, _, line) = snapshot(started.elapsed());
-                eprintln!("{label}: {line}");
-                next += interval;
-            }
+        while still_running(&stopped, interval) {
+            let (_, _, line) = snapshot(started.elapsed());
+            eprintln!("{label}: {line}");
         }
     })
 }

@@ -1,41 +1,37 @@
 //! A closure run every period on a background thread: the heartbeats of leases
 //! and claims, and the state and progress files kept fresh while work runs.
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{self, RecvTimeoutError, Sender};
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-/// Runs a closure every `period` on a background thread (and once more when
-/// stopped), until dropped. Used to keep state files fresh.
+/// Runs a closure every `period` on a background thread until dropped. Used to
+/// keep state files fresh.
 pub struct Ticker {
-    stop: Arc<AtomicBool>,
+    /// Dropped to stop the thread: it wakes at once, rather than at its next
+    /// poll, so a finished command does not wait out a sleep.
+    stop: Option<Sender<()>>,
     thread: Option<JoinHandle<()>>,
 }
 
 impl Ticker {
     pub fn every<F: FnMut() + Send + 'static>(period: Duration, mut tick: F) -> Ticker {
-        let stop = Arc::new(AtomicBool::new(false));
-        let flag = stop.clone();
+        let (stop, stopped) = mpsc::channel::<()>();
         let thread = std::thread::spawn(move || {
             loop {
                 tick();
-                let next = Instant::now() + period;
-                while Instant::now() < next {
-                    if flag.load(Ordering::Relaxed) {
-                        return;
-                    }
-                    std::thread::sleep(Duration::from_millis(50).min(period));
+                if stopped.recv_timeout(period) != Err(RecvTimeoutError::Timeout) {
+                    return;
                 }
             }
         });
-        Ticker { stop, thread: Some(thread) }
+        Ticker { stop: Some(stop), thread: Some(thread) }
     }
 }
 
 impl Drop for Ticker {
     fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
+        drop(self.stop.take());
         if let Some(thread) = self.thread.take() {
             let _ = thread.join();
         }
