@@ -1,7 +1,9 @@
-//! Byte-level BPE merges with the `tokenizers` crate's semantics: pairs merge by
-//! their rank in the `merges` list (not by token id), lowest rank first and
-//! leftmost on ties, through a priority queue as `tokenizers` does. A per-thread
-//! cache maps pre-tokens to ids, since natural text repeats the same words.
+//! BPE merges with the `tokenizers` crate's semantics: pairs merge by their rank
+//! in the `merges` list (not by token id), lowest rank first and leftmost on ties.
+//! Short pieces merge on arrays on the stack, longer ones rank by rank (see
+//! `by_rank`) or, for a merge list not in training order, through a priority
+//! queue as `tokenizers` does. A per-thread cache maps pre-tokens to ids, since
+//! natural text repeats the same words.
 
 use std::cell::{RefCell, RefMut};
 use std::cmp::Reverse;
