@@ -13,6 +13,8 @@ use rustc_hash::FxHashMap;
 use thread_local::ThreadLocal;
 
 use super::by_rank::{self, RankBuckets};
+pub use super::symbols::Merge;
+use super::symbols::{NONE, Symbol, merge_with_next};
 
 /// Pre-tokens longer than this are encoded without the cache: they are rare, and
 /// keeping them would let a few huge pieces fill it.
@@ -33,13 +35,6 @@ const GENERATION_ENTRIES: usize = 1 << 16;
 /// the CPU's caches; this table is small enough to stay in them and, as natural
 /// text reuses a few thousand words most of the time, answers most lookups.
 const RECENT_SLOTS: usize = 1 << 15;
-
-/// What merging a pair gives: its rank in the merge list and the id of the result.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Merge {
-    pub rank: u32,
-    pub id: u32,
-}
 
 /// A piece's symbols before any merge.
 // Built once per tokenizer and never moved after: the tables stay inline, one
@@ -287,35 +282,6 @@ impl Pieces<'_> {
         if let Some(key) = key {
             cache.insert(piece, key, start, out);
         }
-    }
-}
-
-/// One token of a word being merged, in a linked list over the word's bytes; a
-/// symbol merged into its left neighbour has `len == 0`.
-#[derive(Clone, Copy)]
-pub(super) struct Symbol {
-    pub id: u32,
-    pub prev: u32,
-    pub next: u32,
-    pub len: u32,
-}
-
-pub(super) const NONE: u32 = u32::MAX;
-
-/// Merges the symbol at `at` with its right neighbour into the token `id`, then
-/// calls `paired` with each symbol that has a new right neighbour: the merged one
-/// (unless it is last now) and the one before it.
-pub(super) fn merge_with_next(symbols: &mut [Symbol], at: u32, id: u32, mut paired: impl FnMut(&[Symbol], u32)) {
-    let symbol = symbols[at as usize];
-    let right = symbols[symbol.next as usize];
-    symbols[at as usize] = Symbol { id, len: symbol.len + right.len, next: right.next, ..symbol };
-    symbols[symbol.next as usize].len = 0;
-    if right.next != NONE {
-        symbols[right.next as usize].prev = at;
-        paired(symbols, at);
-    }
-    if symbol.prev != NONE {
-        paired(symbols, symbol.prev);
     }
 }
 

@@ -12,7 +12,7 @@
 
 use rustc_hash::FxHashMap;
 
-use super::bpe::{Merge, NONE, Symbol, merge_with_next};
+use super::symbols::{Merge, NONE, Symbol, merge_with_next};
 
 /// Whether every merge that uses a token ranks above every merge that gives it,
 /// which `merge` needs.

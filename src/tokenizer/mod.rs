@@ -28,6 +28,7 @@ mod ranks;
 mod recognize;
 mod scanner;
 mod split_regex;
+mod symbols;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
