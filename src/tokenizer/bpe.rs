@@ -13,8 +13,7 @@ use rustc_hash::FxHashMap;
 use thread_local::ThreadLocal;
 
 use super::by_rank::{self, RankBuckets};
-pub use super::symbols::Merge;
-use super::symbols::{NONE, Symbol, merge_with_next};
+use super::symbols::{Merge, NONE, Symbol, merge_with_next, surviving_ids};
 
 /// Pre-tokens longer than this are encoded without the cache: they are rare, and
 /// keeping them would let a few huge pieces fill it.
@@ -355,7 +354,7 @@ impl BytePairMerger {
         } else {
             self.merge_queued(symbols, &mut state.queue);
         }
-        out.extend(symbols.iter().filter(|symbol| symbol.len > 0).map(|symbol| symbol.id));
+        out.extend(surviving_ids(symbols));
     }
 
     /// The piece's symbols before any merge, as a linked list.
@@ -424,10 +423,10 @@ mod tests {
         }
         merger.first_symbols(piece, &mut symbols);
         merger.merge_queued(&mut symbols, &mut BinaryHeap::new());
-        ways.push(symbols.iter().filter(|symbol| symbol.len > 0).map(|symbol| symbol.id).collect());
+        ways.push(surviving_ids(&symbols).collect());
         merger.first_symbols(piece, &mut symbols);
         RankBuckets::default().merge(&merger.merges, merger.ranks, &mut symbols);
-        ways.push(symbols.iter().filter(|symbol| symbol.len > 0).map(|symbol| symbol.id).collect());
+        ways.push(surviving_ids(&symbols).collect());
         ways
     }
 

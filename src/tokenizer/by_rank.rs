@@ -17,21 +17,19 @@ use super::symbols::{Merge, NONE, Symbol, merge_with_next};
 /// Whether every merge that uses a token ranks above every merge that gives it,
 /// which `merge` needs.
 pub fn rank_ordered(merges: &FxHashMap<(u32, u32), Merge>) -> bool {
-    let tokens =
-        merges.iter().map(|(&(left, right), merge)| left.max(right).max(merge.id)).max().map_or(0, |id| id + 1);
-    // Ranks are shifted by one, so that 0 is "made by no merge".
-    let mut last_made = vec![0u64; tokens as usize];
-    let mut first_used = vec![u64::MAX; tokens as usize];
+    // By token: the highest rank that makes it and the lowest that uses it. Keyed
+    // by id rather than indexed, since a vocabulary's ids may be sparse and large.
+    let mut ranks: FxHashMap<u32, (Option<u32>, u32)> = FxHashMap::default();
+    ranks.reserve(merges.len() * 2);
     for (&(left, right), merge) in merges {
-        let rank = merge.rank as u64 + 1;
-        let made = &mut last_made[merge.id as usize];
-        *made = (*made).max(rank);
+        let made = &mut ranks.entry(merge.id).or_insert((None, u32::MAX)).0;
+        *made = (*made).max(Some(merge.rank));
         for part in [left, right] {
-            let used = &mut first_used[part as usize];
-            *used = (*used).min(rank);
+            let used = &mut ranks.entry(part).or_insert((None, u32::MAX)).1;
+            *used = (*used).min(merge.rank);
         }
     }
-    last_made.iter().zip(&first_used).all(|(made, used)| made < used)
+    ranks.values().all(|&(last_made, first_used)| last_made.is_none_or(|made| made < first_used))
 }
 
 /// Buckets of waiting pairs, one per rank, kept by a thread between pieces: every
@@ -150,5 +148,7 @@ mod tests {
         // bc=5; abc made twice, by (ab, c) at rank 2 and (a, bc) at rank 4, and used at rank 3.
         let twice = merges(&[((0, 1), 3), ((1, 2), 5), ((3, 2), 4), ((4, 4), 6), ((0, 5), 4)]);
         assert!(!rank_ordered(&twice));
+        // Ids are not indices: the largest one costs no more than any other.
+        assert!(rank_ordered(&merges(&[((0, 1), u32::MAX), ((u32::MAX, 2), 7)])));
     }
 }

@@ -11,11 +11,12 @@ use rustc_hash::FxHashMap;
 use serde_json::{Map, Value};
 
 use super::added::AddedToken;
-use super::bpe::{Alphabet, BytePairMerger, Merge};
+use super::bpe::{Alphabet, BytePairMerger};
 use super::bytelevel::{byte_to_char, token_to_bytes};
 use super::patterns::BYTE_LEVEL_PATTERN;
 use super::pretokenize::{Behavior, SplitStep};
 use super::split_regex::SplitRegex;
+use super::symbols::Merge;
 
 /// Whether the normalizer is NFC (possibly in a `Sequence`), none, or something else.
 pub fn normalizer_is_nfc(normalizer: &Value) -> Result<bool, String> {

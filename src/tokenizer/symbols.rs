@@ -20,6 +20,11 @@ pub struct Symbol {
 
 pub const NONE: u32 = u32::MAX;
 
+/// The ids of the symbols left once merging is done, in order.
+pub fn surviving_ids(symbols: &[Symbol]) -> impl Iterator<Item = u32> + '_ {
+    symbols.iter().filter(|symbol| symbol.len > 0).map(|symbol| symbol.id)
+}
+
 /// Merges the symbol at `at` with its right neighbour into the token `id`, then
 /// calls `paired` with each symbol that has a new right neighbour: the merged one
 /// (unless it is last now) and the one before it.
