@@ -2,11 +2,13 @@
 //! one line at a steady interval (from the settings: `FERRY_PROGRESS_INTERVAL`).
 
 use std::io::IsTerminal;
-use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
+use std::sync::mpsc::{self, Receiver, Sender};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+
+use crate::ticker::still_running;
 
 /// How progress is shown.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -47,11 +49,6 @@ impl Drop for Reporter {
             let _ = thread.join();
         }
     }
-}
-
-/// Waits up to `timeout`; false once the reporter is dropped.
-fn still_running(stopped: &Receiver<()>, timeout: Duration) -> bool {
-    stopped.recv_timeout(timeout) == Err(RecvTimeoutError::Timeout)
 }
 
 fn spawn_bar<F>(stopped: Receiver<()>, label: &'static str, snapshot: F) -> JoinHandle<()>

@@ -1,7 +1,7 @@
 //! A closure run every period on a background thread: the heartbeats of leases
 //! and claims, and the state and progress files kept fresh while work runs.
 
-use std::sync::mpsc::{self, RecvTimeoutError, Sender};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -20,7 +20,7 @@ impl Ticker {
         let thread = std::thread::spawn(move || {
             loop {
                 tick();
-                if stopped.recv_timeout(period) != Err(RecvTimeoutError::Timeout) {
+                if !still_running(&stopped, period) {
                     return;
                 }
             }
@@ -36,4 +36,11 @@ impl Drop for Ticker {
             let _ = thread.join();
         }
     }
+}
+
+/// Waits up to `timeout` on a stop channel, whose sender the owner drops to stop
+/// a background thread; false once it is dropped, at once rather than at the
+/// next poll.
+pub fn still_running(stopped: &Receiver<()>, timeout: Duration) -> bool {
+    stopped.recv_timeout(timeout) == Err(RecvTimeoutError::Timeout)
 }
