@@ -191,6 +191,7 @@ pub fn prepare(spec: &Spec, cache: &CacheLayout, options: &PrepareOptions) -> Re
     manifest.timings.publish_seconds = publish_started.elapsed().as_secs_f64();
     manifest.timings.total_seconds = started.elapsed().as_secs_f64();
     let won = publish::publish(cache, assembly, &manifest)?;
+    encoders.free_in_background();
     let entry = cache.entry(&short);
     if won {
         // Published: the build directory has served its purpose.
