@@ -409,7 +409,8 @@ mod tests {
     /// GPT-2's merges, built once for every case.
     static GPT2: std::sync::LazyLock<BytePairMerger> = std::sync::LazyLock::new(|| {
         let serialized: serde_json::Value = serde_json::from_str(super::super::builtin_gpt2_json().unwrap()).unwrap();
-        super::super::recognize::merger(&serialized["model"]).unwrap()
+        let model = serde::Deserialize::deserialize(&serialized["model"]).unwrap();
+        super::super::recognize::merger(&model).unwrap()
     });
 
     /// A piece merged by `merge_short` (when short enough), the queue and by rank.

@@ -8,6 +8,7 @@
 //! `recognize`), and every run still compares its ids with the reference encoder
 //! on a sample of documents (see `tokenizer::Encoders`).
 
+use serde::Deserialize;
 use serde_json::Value;
 
 use super::added::{AddedTokens, Part};
@@ -15,6 +16,7 @@ use super::bpe::BytePairMerger;
 use super::kind::EncoderKind;
 use super::pretokenize::PreTokenizer;
 use super::recognize::{self, JoinablePairs};
+use super::serialized::Serialized;
 
 pub struct FastEncoder {
     added: AddedTokens,
@@ -38,6 +40,10 @@ enum Split {
 #[error("{0}")]
 pub struct Unsupported(pub String);
 
+fn unreadable(err: impl std::fmt::Display) -> Unsupported {
+    Unsupported(format!("the tokenizer's model cannot be read: {err}"))
+}
+
 impl crate::errors::Failure for Unsupported {
     fn fault(&self) -> crate::errors::Fault {
         crate::errors::Fault::Internal
@@ -48,23 +54,32 @@ impl FastEncoder {
     /// Builds the fast encoder from a tokenizer's serialized form, or says why it
     /// cannot reproduce that tokenizer.
     pub fn for_tokenizer(serialized: &Value) -> Result<FastEncoder, Unsupported> {
-        if serialized["pre_tokenizer"].is_null() && !serialized["normalizer"].is_null() {
+        FastEncoder::from_serialized(&Serialized::deserialize(serialized).map_err(unreadable)?)
+    }
+
+    /// `for_tokenizer` on the text of a `tokenizer.json`, without building a `Value`
+    /// of its vocabulary (see `serialized`).
+    pub fn for_tokenizer_json(json: &str) -> Result<FastEncoder, Unsupported> {
+        FastEncoder::from_serialized(&serde_json::from_str(json).map_err(unreadable)?)
+    }
+
+    fn from_serialized(serialized: &Serialized) -> Result<FastEncoder, Unsupported> {
+        if serialized.pre_tokenizer.is_null() && !serialized.normalizer.is_null() {
             return FastEncoder::for_sentencepiece(serialized);
         }
-        let nfc = recognize::normalizer_is_nfc(&serialized["normalizer"]).map_err(Unsupported)?;
-        let pre_tokenizer =
-            PreTokenizer::new(recognize::split_steps(&serialized["pre_tokenizer"]).map_err(Unsupported)?);
-        let merger = recognize::merger(&serialized["model"]).map_err(Unsupported)?;
-        let added = recognize::added_tokens(&serialized["added_tokens"]).map_err(Unsupported)?;
+        let nfc = recognize::normalizer_is_nfc(&serialized.normalizer).map_err(Unsupported)?;
+        let pre_tokenizer = PreTokenizer::new(recognize::split_steps(&serialized.pre_tokenizer).map_err(Unsupported)?);
+        let merger = recognize::merger(&serialized.model).map_err(Unsupported)?;
+        let added = recognize::added_tokens(&serialized.added_tokens).map_err(Unsupported)?;
         let added = AddedTokens::new(&added, nfc).map_err(Unsupported)?;
         Ok(FastEncoder { added, split: Split::Regex(pre_tokenizer), merger })
     }
 
-    fn for_sentencepiece(serialized: &Value) -> Result<FastEncoder, Unsupported> {
-        let prepend = recognize::metaspace_normalizer(&serialized["normalizer"]).map_err(Unsupported)?;
-        let merger = recognize::sentencepiece_merger(&serialized["model"]).map_err(Unsupported)?;
-        let joinable = recognize::joinable_pairs(&serialized["model"]).map_err(Unsupported)?;
-        let added = recognize::added_tokens(&serialized["added_tokens"]).map_err(Unsupported)?;
+    fn for_sentencepiece(serialized: &Serialized) -> Result<FastEncoder, Unsupported> {
+        let prepend = recognize::metaspace_normalizer(&serialized.normalizer).map_err(Unsupported)?;
+        let merger = recognize::sentencepiece_merger(&serialized.model).map_err(Unsupported)?;
+        let joinable = recognize::joinable_pairs(&serialized.model).map_err(Unsupported)?;
+        let added = recognize::added_tokens(&serialized.added_tokens).map_err(Unsupported)?;
         // `tokenizers` would prepend `▁` once per raw part, before finding these.
         if added.iter().any(|token| token.normalized) {
             return Err(Unsupported("an added token of a SentencePiece-style tokenizer is normalized".into()));
@@ -205,7 +220,8 @@ mod tests {
         assert_eq!(normalized, "", "an empty part gets no ▁");
 
         let model = json!({"merges": [["▁", "a"], ["a", "b"]]});
-        let joinable = recognize::joinable_pairs(&model).unwrap();
+        let joinable =
+            recognize::joinable_pairs(&crate::tokenizer::serialized::Model::deserialize(&model).unwrap()).unwrap();
         let mut pieces = Vec::new();
         for_each_unjoinable_piece("▁ab▁c日b", &joinable, |piece| pieces.push(piece));
         assert_eq!(pieces, ["▁ab", "▁", "c", "日", "b"]);

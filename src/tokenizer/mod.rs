@@ -27,13 +27,12 @@ mod pretokenize;
 mod ranks;
 mod recognize;
 mod scanner;
+mod serialized;
 mod split_regex;
 mod symbols;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-
-use serde_json::Value;
 
 use crate::cache::memo::memoized_hash;
 use crate::errors::{Failure, Fault};
@@ -347,7 +346,6 @@ fn fast_encoder(
     add_special_tokens: bool,
 ) -> Result<FastEncoder, Unsupported> {
     let unsupported = |err: &dyn std::fmt::Display| Unsupported(err.to_string());
-    let serialized: Value = serde_json::from_str(canonical).map_err(|e| unsupported(&e))?;
     if add_special_tokens {
         let with = reference.encode_fast(PROBE_TEXT, true).map_err(|e| unsupported(&e))?;
         let without = reference.encode_fast(PROBE_TEXT, false).map_err(|e| unsupported(&e))?;
@@ -355,7 +353,7 @@ fn fast_encoder(
             return Err(Unsupported("the post-processor adds special tokens".into()));
         }
     }
-    FastEncoder::for_tokenizer(&serialized)
+    FastEncoder::for_tokenizer_json(canonical)
 }
 
 /// The reference tokenizer failed on a document.
@@ -442,6 +440,7 @@ impl Failure for TokenizerError {
 mod tests {
     use super::*;
     use crate::spec::TokenType;
+    use serde_json::Value;
     use std::path::Path;
 
     fn gpt2_spec(extra: &str) -> Spec {

@@ -8,13 +8,14 @@
 //! `<0xXX>` tokens that no merge uses, and added tokens matched in the raw text.
 
 use rustc_hash::FxHashMap;
-use serde_json::{Map, Value};
+use serde_json::Value;
 
 use super::added::AddedToken;
 use super::bpe::{Alphabet, BytePairMerger};
 use super::bytelevel::{byte_to_char, token_to_bytes};
 use super::patterns::BYTE_LEVEL_PATTERN;
 use super::pretokenize::{Behavior, SplitStep};
+use super::serialized::{MergeTokens, Model, Token};
 use super::split_regex::SplitRegex;
 use super::symbols::Merge;
 
@@ -92,29 +93,27 @@ pub fn added_tokens(added: &Value) -> Result<Vec<AddedToken>, String> {
 }
 
 /// The BPE model as a merger: byte tokens, and merges ranked by their place in `merges`.
-pub fn merger(model: &Value) -> Result<BytePairMerger, String> {
+pub fn merger(model: &Model) -> Result<BytePairMerger, String> {
     check_model(model)?;
-    if model["byte_fallback"] == true {
+    if model.byte_fallback == true {
         return Err("the BPE model uses byte fallback".into());
     }
-    let vocab = model["vocab"].as_object().ok_or("the BPE model has no vocabulary")?;
-    let ids = token_ids(vocab);
+    let ids = vocabulary(model)?;
     let id_of = |token: &str| ids.get(token).copied();
-    let byte_ids = token_per_byte(&ids, |byte| byte_to_char()[byte as usize].to_string())
+    let byte_ids = token_per_byte(ids, |byte| byte_to_char()[byte as usize].to_string())
         .map_err(|byte| format!("the vocabulary lacks the token for byte 0x{byte:02x}"))?;
     let merges = merges(model, &id_of)?;
-    let whole_tokens = (model["ignore_merges"] == true).then(|| whole_tokens(vocab));
+    let whole_tokens = (model.ignore_merges == true).then(|| whole_tokens(ids));
     Ok(BytePairMerger::new(Alphabet::Bytes(byte_ids), merges, whole_tokens))
 }
 
-/// The vocabulary by token. JSON objects are ordered maps: three string-compared
-/// tree lookups per merge took most of the time to load a large tokenizer.
-fn token_ids(vocab: &Map<String, Value>) -> FxHashMap<&str, u32> {
-    vocab.iter().filter_map(|(token, id)| Some((token.as_str(), u32::try_from(id.as_u64()?).ok()?))).collect()
+/// The vocabulary, by token.
+fn vocabulary<'m>(model: &'m Model) -> Result<&'m FxHashMap<Token<'m>, u32>, String> {
+    model.vocab.as_ref().ok_or_else(|| "the BPE model has no vocabulary".to_string())
 }
 
 /// Each byte's token, as `name` spells it; the first byte without one is the error.
-fn token_per_byte(ids: &FxHashMap<&str, u32>, name: impl Fn(u8) -> String) -> Result<[u32; 256], u8> {
+fn token_per_byte(ids: &FxHashMap<Token, u32>, name: impl Fn(u8) -> String) -> Result<[u32; 256], u8> {
     let mut table = [0u32; 256];
     for (byte, slot) in (0..=u8::MAX).zip(table.iter_mut()) {
         *slot = ids.get(name(byte).as_str()).copied().ok_or(byte)?;
@@ -143,18 +142,17 @@ pub fn metaspace_normalizer(normalizer: &Value) -> Result<bool, String> {
 
 /// A SentencePiece-style BPE model as a merger: characters of the vocabulary, the
 /// others by byte fallback, and merges ranked by their place in `merges`.
-pub fn sentencepiece_merger(model: &Value) -> Result<BytePairMerger, String> {
+pub fn sentencepiece_merger(model: &Model) -> Result<BytePairMerger, String> {
     check_model(model)?;
-    if model["byte_fallback"] != true {
+    if model.byte_fallback != true {
         return Err("the SentencePiece-style BPE model has no byte fallback".into());
     }
-    if model["ignore_merges"] == true {
+    if model.ignore_merges == true {
         return Err("the SentencePiece-style BPE model ignores merges".into());
     }
-    let vocab = model["vocab"].as_object().ok_or("the BPE model has no vocabulary")?;
-    let ids = token_ids(vocab);
+    let ids = vocabulary(model)?;
     let id_of = |token: &str| ids.get(token).copied();
-    let byte_tokens = token_per_byte(&ids, |byte| format!("<0x{byte:02X}>"))
+    let byte_tokens = token_per_byte(ids, |byte| format!("<0x{byte:02X}>"))
         .map_err(|byte| format!("the vocabulary lacks the byte fallback token <0x{byte:02X}>"))?;
     let mut ascii = [0u32; 128];
     for (code, slot) in ascii.iter_mut().enumerate() {
@@ -178,11 +176,10 @@ pub fn sentencepiece_merger(model: &Value) -> Result<BytePairMerger, String> {
 /// between any other two without changing its tokens, since no merge can join them.
 /// Byte fallback tokens stand for bytes, not for their names' characters, so no
 /// merge may use one.
-pub fn joinable_pairs(model: &Value) -> Result<JoinablePairs, String> {
-    let list = model["merges"].as_array().ok_or("the BPE model has no merges")?;
+pub fn joinable_pairs(model: &Model) -> Result<JoinablePairs, String> {
     let mut pairs = JoinablePairs { ascii: Box::new([0; 128]), others: Default::default() };
-    for (rank, merge) in list.iter().enumerate() {
-        let (left, right) = merge_pair(merge).ok_or_else(|| format!("merge {rank} is not a pair of tokens"))?;
+    for (rank, MergeTokens { left, right }) in merge_list(model)?.iter().enumerate() {
+        let (left, right) = (&**left, &**right);
         if is_byte_token(left) || is_byte_token(right) {
             return Err(format!("merge {rank} ({left:?} {right:?}) merges a byte fallback token"));
         }
@@ -223,26 +220,26 @@ impl JoinablePairs {
     }
 }
 
-fn check_model(model: &Value) -> Result<(), String> {
-    if model["type"] != "BPE" {
-        return Err(format!("the model {} is not BPE", model["type"]));
+fn check_model(model: &Model) -> Result<(), String> {
+    if model.kind != "BPE" {
+        return Err(format!("the model {} is not BPE", model.kind));
     }
     let empty = |v: &Value| v.is_null() || v == "";
-    let no_dropout = model["dropout"].is_null() || model["dropout"].as_f64() == Some(0.0);
-    if !no_dropout || !empty(&model["continuing_subword_prefix"]) || !empty(&model["end_of_word_suffix"]) {
+    let no_dropout = model.dropout.is_null() || model.dropout.as_f64() == Some(0.0);
+    if !no_dropout || !empty(&model.continuing_subword_prefix) || !empty(&model.end_of_word_suffix) {
         return Err("the BPE model uses dropout or subword affixes".into());
     }
     Ok(())
 }
 
 /// Each merge's pair of ids and result; a pair listed twice keeps its last rank, as in `tokenizers`.
-fn merges(model: &Value, id_of: &dyn Fn(&str) -> Option<u32>) -> Result<FxHashMap<(u32, u32), Merge>, String> {
-    let list = model["merges"].as_array().ok_or("the BPE model has no merges")?;
+fn merges(model: &Model, id_of: &dyn Fn(&str) -> Option<u32>) -> Result<FxHashMap<(u32, u32), Merge>, String> {
+    let list = merge_list(model)?;
     let mut merges = FxHashMap::default();
     merges.reserve(list.len());
     let mut joined = String::new();
-    for (rank, merge) in list.iter().enumerate() {
-        let (left, right) = merge_pair(merge).ok_or_else(|| format!("merge {rank} is not a pair of tokens"))?;
+    for (rank, MergeTokens { left, right }) in list.iter().enumerate() {
+        let (left, right) = (&**left, &**right);
         joined.clear();
         joined.push_str(left);
         joined.push_str(right);
@@ -255,19 +252,11 @@ fn merges(model: &Value, id_of: &dyn Fn(&str) -> Option<u32>) -> Result<FxHashMa
     Ok(merges)
 }
 
-/// A merge's two tokens, written `"left right"` or `["left", "right"]`.
-fn merge_pair(merge: &Value) -> Option<(&str, &str)> {
-    match merge {
-        Value::String(line) => line.split_once(' ').filter(|(_, right)| !right.contains(' ')),
-        Value::Array(pair) => match pair.as_slice() {
-            [Value::String(left), Value::String(right)] => Some((left.as_str(), right.as_str())),
-            _ => None,
-        },
-        _ => None,
-    }
+fn merge_list<'m>(model: &'m Model) -> Result<&'m [MergeTokens<'m>], String> {
+    model.merges.as_deref().ok_or_else(|| "the BPE model has no merges".to_string())
 }
 
 /// Every byte-level vocabulary token by its bytes, for `ignore_merges`.
-fn whole_tokens(vocab: &Map<String, Value>) -> FxHashMap<Vec<u8>, u32> {
-    vocab.iter().filter_map(|(token, id)| Some((token_to_bytes(token)?, id.as_u64()? as u32))).collect()
+fn whole_tokens(vocab: &FxHashMap<Token, u32>) -> FxHashMap<Vec<u8>, u32> {
+    vocab.iter().filter_map(|(token, &id)| Some((token_to_bytes(token)?, id))).collect()
 }

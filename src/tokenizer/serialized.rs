@@ -1,0 +1,188 @@
+//! The parts of a serialized tokenizer (`tokenizer.json`) the fast encoder reads.
+//!
+//! A large tokenizer's vocabulary and merges hold hundreds of thousands of
+//! entries. Read into a `serde_json::Value`, they became ordered maps and arrays
+//! of owned strings: building that tree took about as long as building the fast
+//! encoder from it, and it was the largest thing in memory while loading. Here the
+//! vocabulary goes straight into a hash map and the merges into a list, both
+//! borrowing their strings from the JSON text where it has no escapes. The small
+//! sections stay `Value`s.
+
+use std::borrow::{Borrow, Cow};
+use std::fmt;
+
+use rustc_hash::FxHashMap;
+use serde::Deserialize;
+use serde::de::{self, Deserializer, SeqAccess, Visitor};
+use serde_json::Value;
+
+#[derive(Deserialize)]
+pub struct Serialized<'a> {
+    #[serde(default)]
+    pub normalizer: Value,
+    #[serde(default)]
+    pub pre_tokenizer: Value,
+    #[serde(default)]
+    pub added_tokens: Value,
+    #[serde(borrow)]
+    pub model: Model<'a>,
+}
+
+/// The model's settings as written (`Null` where absent), its vocabulary and its merges.
+#[derive(Deserialize)]
+pub struct Model<'a> {
+    #[serde(rename = "type", default)]
+    pub kind: Value,
+    #[serde(default)]
+    pub dropout: Value,
+    #[serde(default)]
+    pub continuing_subword_prefix: Value,
+    #[serde(default)]
+    pub end_of_word_suffix: Value,
+    #[serde(default)]
+    pub byte_fallback: Value,
+    #[serde(default)]
+    pub ignore_merges: Value,
+    #[serde(borrow, default)]
+    pub vocab: Option<FxHashMap<Token<'a>, u32>>,
+    #[serde(borrow, default)]
+    pub merges: Option<Vec<MergeTokens<'a>>>,
+}
+
+/// A token's text, borrowed from the JSON where it can be.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Token<'a>(pub Cow<'a, str>);
+
+impl Borrow<str> for Token<'_> {
+    fn borrow(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::ops::Deref for Token<'_> {
+    type Target = str;
+    fn deref(&self) -> &str {
+        &self.0
+    }
+}
+
+impl<'de: 'a, 'a> Deserialize<'de> for Token<'a> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_str(TokenVisitor).map(Token)
+    }
+}
+
+struct TokenVisitor;
+
+impl<'de> Visitor<'de> for TokenVisitor {
+    type Value = Cow<'de, str>;
+
+    fn expecting(&self, formatter: &mut fmt::Formatter) -> fmt::Result {
+        formatter.write_str("a token")
+    }
+
+    fn visit_borrowed_str<E: de::Error>(self, text: &'de str) -> Result<Self::Value, E> {
+        Ok(Cow::Borrowed(text))
+    }
+
+    fn visit_str<E: de::Error>(self, text: &str) -> Result<Self::Value, E> {
+        Ok(Cow::Owned(text.to_string()))
+    }
+
+    fn visit_string<E: de::Error>(self, text: String) -> Result<Self::Value, E> {
+        Ok(Cow::Owned(text))
+    }
+}
+
+/// A merge's two tokens, written `"left right"` or `["left", "right"]`.
+pub struct MergeTokens<'a> {
+    pub left: Token<'a>,
+    pub right: Token<'a>,
+}
+
+impl<'de: 'a, 'a> Deserialize<'de> for MergeTokens<'a> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_any(MergeVisitor)
+    }
+}
+
+struct MergeVisitor;
+
+impl MergeVisitor {
+    fn split<E: de::Error>(line: Cow<'_, str>) -> Result<MergeTokens<'_>, E> {
+        let space = match line.find(' ') {
+            Some(space) if !line[space + 1..].contains(' ') => space,
+            _ => return Err(E::custom(format!("the merge {line:?} is not two tokens separated by a space"))),
+        };
+        Ok(match line {
+            Cow::Borrowed(line) => MergeTokens {
+                left: Token(Cow::Borrowed(&line[..space])),
+                right: Token(Cow::Borrowed(&line[space + 1..])),
+            },
+            Cow::Owned(line) => MergeTokens {
+                left: Token(Cow::Owned(line[..space].to_string())),
+                right: Token(Cow::Owned(line[space + 1..].to_string())),
+            },
+        })
+    }
+}
+
+impl<'de> Visitor<'de> for MergeVisitor {
+    type Value = MergeTokens<'de>;
+
+    fn expecting(&self, formatter: &mut fmt::Formatter) -> fmt::Result {
+        formatter.write_str("a merge: \"left right\" or [\"left\", \"right\"]")
+    }
+
+    fn visit_borrowed_str<E: de::Error>(self, line: &'de str) -> Result<Self::Value, E> {
+        Self::split(Cow::Borrowed(line))
+    }
+
+    fn visit_str<E: de::Error>(self, line: &str) -> Result<Self::Value, E> {
+        Self::split(Cow::Owned(line.to_string()))
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+        let not_a_pair = || de::Error::custom("a merge is not a pair of tokens");
+        let left = seq.next_element()?.ok_or_else(not_a_pair)?;
+        let right = seq.next_element()?.ok_or_else(not_a_pair)?;
+        if seq.next_element::<de::IgnoredAny>()?.is_some() {
+            return Err(not_a_pair());
+        }
+        Ok(MergeTokens { left, right })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn pairs(merges: &[MergeTokens]) -> Vec<(String, String)> {
+        merges.iter().map(|merge| (merge.left.to_string(), merge.right.to_string())).collect()
+    }
+
+    #[test]
+    fn merges_read_in_both_spellings_from_text_and_from_values() {
+        let text =
+            r#"{"model": {"type": "BPE", "vocab": {"a": 0, "b\"": 1}, "merges": ["a b\"", ["a", "b\""], "\u0041 b"]}}"#;
+        let want = [("a", "b\""), ("a", "b\""), ("A", "b")].map(|(l, r)| (l.to_string(), r.to_string()));
+        let from_text: Serialized = serde_json::from_str(text).unwrap();
+        assert_eq!(pairs(from_text.model.merges.as_deref().unwrap()), want);
+        assert_eq!(from_text.model.vocab.as_ref().unwrap().get("b\""), Some(&1));
+        assert_eq!(from_text.model.kind, "BPE");
+        assert!(from_text.normalizer.is_null() && from_text.model.dropout.is_null());
+
+        let value: Value = serde_json::from_str(text).unwrap();
+        let from_value = Serialized::deserialize(&value).unwrap();
+        assert_eq!(pairs(from_value.model.merges.as_deref().unwrap()), want);
+    }
+
+    #[test]
+    fn merges_that_are_not_two_tokens_are_refused() {
+        for merges in [json!(["a b c"]), json!(["ab"]), json!([["a"]]), json!([["a", "b", "c"]]), json!([3])] {
+            let tokenizer = json!({"model": {"merges": merges}});
+            assert!(Serialized::deserialize(&tokenizer).is_err(), "{merges}");
+        }
+    }
+}
