@@ -178,8 +178,8 @@ pub fn sentencepiece_merger(model: &Model) -> Result<BytePairMerger, String> {
 /// merge may use one.
 pub fn joinable_pairs(model: &Model) -> Result<JoinablePairs, String> {
     let mut pairs = JoinablePairs { ascii: Box::new([0; 128]), others: Default::default() };
-    for (rank, MergeTokens { left, right }) in merge_list(model)?.iter().enumerate() {
-        let (left, right) = (&**left, &**right);
+    for (rank, merge) in merge_list(model)?.iter().enumerate() {
+        let (left, right) = merge.pair();
         if is_byte_token(left) || is_byte_token(right) {
             return Err(format!("merge {rank} ({left:?} {right:?}) merges a byte fallback token"));
         }
@@ -238,8 +238,8 @@ fn merges(model: &Model, id_of: &dyn Fn(&str) -> Option<u32>) -> Result<FxHashMa
     let mut merges = FxHashMap::default();
     merges.reserve(list.len());
     let mut joined = String::new();
-    for (rank, MergeTokens { left, right }) in list.iter().enumerate() {
-        let (left, right) = (&**left, &**right);
+    for (rank, merge) in list.iter().enumerate() {
+        let (left, right) = merge.pair();
         joined.clear();
         joined.push_str(left);
         joined.push_str(right);

@@ -49,7 +49,9 @@ pub struct Model<'a> {
     pub merges: Option<Vec<MergeTokens<'a>>>,
 }
 
-/// A token's text, borrowed from the JSON where it can be.
+/// A token's text, borrowed from the JSON where it can be. A newtype because
+/// serde's own `Cow` always copies: it borrows only as a struct's field marked
+/// `borrow`, never as a map's key or a list's item.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Token<'a>(pub Cow<'a, str>);
 
@@ -98,6 +100,12 @@ impl<'de> Visitor<'de> for TokenVisitor {
 pub struct MergeTokens<'a> {
     pub left: Token<'a>,
     pub right: Token<'a>,
+}
+
+impl MergeTokens<'_> {
+    pub fn pair(&self) -> (&str, &str) {
+        (&self.left, &self.right)
+    }
 }
 
 impl<'de: 'a, 'a> Deserialize<'de> for MergeTokens<'a> {
