@@ -6,7 +6,9 @@
 //! - recognize its components exactly in `recognize` (anything not reproduced
 //!   exactly is an `Unsupported` reason, and the family keeps `tokenizers`);
 //! - a split pattern that deserves a scanner goes in `patterns` and `scanner`, with
-//!   its pattern added to the scanner's property test against `fancy-regex`;
+//!   its pattern added to the scanner's property tests against `fancy-regex`; where
+//!   a match's start depends only on a few bytes around it in ASCII text, a table
+//!   in `ascii_windows` finds the starts without a branch per byte;
 //! - a new way of turning text into pieces is a `Split` of `fast::FastEncoder`, and
 //!   a new manifest name for it an `EncoderKind` in `kind` (`cache` and `prepare`
 //!   only ask `is_fast`);
@@ -15,6 +17,7 @@
 //!   against Python's on every test document and through `prepare`.
 
 mod added;
+mod ascii_windows;
 mod bpe;
 mod by_rank;
 mod bytelevel;

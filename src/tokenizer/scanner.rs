@@ -15,6 +15,7 @@
 
 use regex_syntax::hir::{Class, HirKind};
 
+use super::ascii_windows::{AsciiClass, AsciiWindows, Stop};
 use super::patterns::{BYTE_LEVEL_PATTERN, LLAMA3_PATTERN, O200K_PATTERN, QWEN2_PATTERN};
 
 /// The contractions both families split off, in the patterns' order.
@@ -90,6 +91,8 @@ pub struct Scanner {
     /// For case-insensitive contractions: each character `(?i)` lets stand for one
     /// of the contractions' ASCII letters (`ſ` for `s`, for one).
     folds: Vec<(char, char)>,
+    /// GPT-2's and cl100k's matches in ASCII text, by table.
+    ascii_windows: Option<AsciiWindows>,
 }
 
 impl Scanner {
@@ -104,13 +107,32 @@ impl Scanner {
         };
         let folds = if family == Family::Gpt2 { Vec::new() } else { contraction_folds()? };
         let classes = CharClasses::new(if family == Family::O200k { CASED_CLASSES } else { WORD_CLASSES })?;
-        Some(Scanner { family, classes, folds })
+        let ascii_windows = match (family, classes.ascii_classes()) {
+            (Family::Gpt2, Some(ascii)) => Some(AsciiWindows::gpt2(&ascii)),
+            (Family::Cl100k { digits }, Some(ascii)) => Some(AsciiWindows::cl100k(&ascii, digits)),
+            _ => None,
+        };
+        Some(Scanner { family, classes, folds, ascii_windows })
     }
 
     /// Calls `on_match` with each match's byte range in `text`, left to right.
     pub fn for_each_match(&self, text: &str, mut on_match: impl FnMut(usize, usize)) {
         let mut at = 0;
+        // Matches that start before here are found one at a time: the table
+        // (where there is one) stopped at a byte it cannot decide.
+        let mut one_at_a_time_until = if self.ascii_windows.is_some() { 0 } else { text.len() };
         while at < text.len() {
+            if let Some(windows) = &self.ascii_windows
+                && at >= one_at_a_time_until
+            {
+                let ignore_case = self.family != Family::Gpt2;
+                let contraction_end = |after: usize| self.contraction_end(text, after, ignore_case);
+                match windows.matches_from(text, at, contraction_end, &mut on_match) {
+                    Stop::End => return,
+                    Stop::At { resume, stop } => (at, one_at_a_time_until) = (resume, stop + 1),
+                }
+                continue;
+            }
             let end = match self.family {
                 Family::Gpt2 => self.gpt2_match(text, at),
                 Family::Cl100k { digits } => self.cl100k_match(text, at, digits),
@@ -309,6 +331,21 @@ impl CharClasses {
         }
         ranges.retain(|&(_, last, _)| last >= 128);
         Some(CharClasses { ascii, ascii_in, ranges })
+    }
+
+    /// The ASCII characters' classes for `AsciiWindows`, if all are among its four.
+    fn ascii_classes(&self) -> Option<[AsciiClass; 128]> {
+        let mut classes = [AsciiClass::Other; 128];
+        for (class, &ours) in classes.iter_mut().zip(&self.ascii) {
+            *class = match ours {
+                CharClass::Letter => AsciiClass::Letter,
+                CharClass::Number => AsciiClass::Number,
+                CharClass::Space => AsciiClass::Whitespace,
+                CharClass::Other => AsciiClass::Other,
+                _ => return None,
+            };
+        }
+        Some(classes)
     }
 
     fn class_of(&self, c: char) -> CharClass {
@@ -518,6 +555,25 @@ mod property_tests {
             .map(|pattern| (Scanner::for_pattern(pattern).unwrap(), fancy_regex::Regex::new(pattern).unwrap()))
             .collect()
     });
+
+    /// Mostly ASCII and longer than a 64-byte block of `AsciiWindows`, with
+    /// contractions, whitespace runs and now and then a character beyond ASCII.
+    fn mostly_ascii_text() -> impl Strategy<Value = String> {
+        let ascii = proptest::sample::select(TRICKY.iter().copied().filter(char::is_ascii).collect::<Vec<_>>());
+        let char = prop_oneof![12 => ascii, 1 => proptest::sample::select(TRICKY), 1 => any::<char>()];
+        proptest::collection::vec(char, 0..200).prop_map(String::from_iter)
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(5000))]
+
+        #[test]
+        fn the_tables_for_ascii_match_like_fancy_regex(text in mostly_ascii_text()) {
+            for (scanner, regex) in PAIRS.iter() {
+                prop_assert_eq!(scanner_matches(scanner, &text), regex_matches(regex, &text), "{}", regex.as_str());
+            }
+        }
+    }
 
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(20000))]
