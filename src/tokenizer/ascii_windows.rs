@@ -15,12 +15,19 @@
 //!   a non-space after it (`\s+(?!\S)` leaves that one to the next match).
 //!
 //! cl100k (`(?i:'s|...|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|
-//! \s*[\r\n]+|\s+(?!\S)|\s+`) differs in three ways. A letter run takes the one
-//! space or other character before it, if that one starts a match: an other
-//! character does unless a run of others or a space took it, hence the second
-//! byte back. Numbers take no space. Line breaks and other whitespace than the
-//! space join what is around them (`[\r\n]*`, `\s*[\r\n]+`), so the table stops at
-//! them, as at non-ASCII bytes, and the scanner's general path goes on.
+//! \s*[\r\n]+|\s+(?!\S)|\s+`) differs:
+//! - a letter run takes the one character before it that is neither a line break,
+//!   a letter nor a number, if that one starts a match: an other character does
+//!   unless a run of others or a space took it, hence the second byte back;
+//! - numbers take no space, and only the space (not a tab) takes other characters;
+//! - a run of others takes the line breaks after it, and whitespace up to its last
+//!   line break is one match, so a line break after anything but a letter or number
+//!   starts none;
+//! - after a line break, whitespace starts a match unless a line break comes later
+//!   in its run. Where that is further than the next byte, or the line break
+//!   before may have been taken by a run of others further back, the table cannot
+//!   tell, and `look_around` reads the whitespace run (indentation after a line
+//!   break is the common case).
 //!
 //! A contraction's apostrophe starts a match where a run of other characters
 //! would, and the match ends after its letters; a run of digits starts a match
@@ -40,19 +47,27 @@ const LETTER: u8 = 0;
 const NUMBER: u8 = 1;
 const OTHER: u8 = 2;
 const SPACE: u8 = 3;
-/// Whitespace other than the space: its own kind for GPT-2; cl100k stops at it.
+/// Whitespace other than the space (for cl100k, other than line breaks too).
 const BREAK: u8 = 4;
-const END: u8 = 5;
-/// Where the table cannot decide: the general path goes on.
-const STOP: u8 = 6;
-/// Before the first byte looked at, which starts a match.
-const START: u8 = 7;
+/// cl100k's `\r` and `\n`.
+const NEWLINE: u8 = 5;
+const END: u8 = 6;
+/// Non-ASCII: the general path goes on.
+const STOP: u8 = 7;
 
 /// Bits per kind in a window index, four kinds: two bytes before, the byte looked
 /// at, the next.
 const KIND_BITS: usize = 3;
 const KIND_MASK: usize = (1 << KIND_BITS) - 1;
 const WINDOWS: usize = 1 << (4 * KIND_BITS);
+
+/// What a window says of its third byte.
+const NO_START: u8 = 0;
+const STARTS: u8 = 1;
+/// Whitespace after a line break: `look_around` decides.
+const LOOK_AROUND: u8 = 2;
+/// Next to a non-ASCII byte: the general path decides.
+const UNDECIDED: u8 = 3;
 
 #[derive(Clone, Copy)]
 enum Family {
@@ -64,7 +79,7 @@ pub struct AsciiWindows {
     family: Family,
     kinds: [u8; 256],
     /// Whether a match starts at the third byte of each window of four kinds.
-    starts: Box<[bool; WINDOWS]>,
+    starts: Box<[u8; WINDOWS]>,
 }
 
 /// Where `AsciiWindows::matches_from` stopped.
@@ -96,17 +111,21 @@ impl AsciiWindows {
                 (AsciiClass::Number, _) => NUMBER,
                 (AsciiClass::Other, _) => OTHER,
                 (AsciiClass::Whitespace, _) if byte == usize::from(b' ') => SPACE,
-                (AsciiClass::Whitespace, Family::Gpt2) => BREAK,
-                (AsciiClass::Whitespace, Family::Cl100k { .. }) => STOP,
+                (AsciiClass::Whitespace, Family::Cl100k { .. }) if matches!(byte as u8, b'\r' | b'\n') => NEWLINE,
+                (AsciiClass::Whitespace, _) => BREAK,
             };
         }
-        let mut starts = Box::new([false; WINDOWS]);
+        let mut starts = Box::new([NO_START; WINDOWS]);
         for (window, start) in starts.iter_mut().enumerate() {
             let kind = |back: usize| (window >> (back * KIND_BITS) & KIND_MASK) as u8;
             let (before, previous, current, next) = (kind(3), kind(2), kind(1), kind(0));
-            *start = match family {
-                Family::Gpt2 => gpt2_starts(previous, current, next),
-                Family::Cl100k { .. } => cl100k_starts(before, previous, current, next),
+            *start = if [previous, current, next].contains(&STOP) {
+                UNDECIDED
+            } else {
+                match family {
+                    Family::Gpt2 => verdict(gpt2_starts(previous, current, next)),
+                    Family::Cl100k { .. } => cl100k_starts(before, previous, current, next),
+                }
             };
         }
         AsciiWindows { family, kinds, starts }
@@ -124,10 +143,8 @@ impl AsciiWindows {
     ) -> Stop {
         let bytes = text.as_bytes();
         let kind = |at: usize| bytes.get(at).map_or(END, |&byte| self.kinds[byte as usize]);
-        for stop in [at, at + 1] {
-            if kind(stop) == STOP {
-                return Stop::At { resume: at, stop };
-            }
+        if kind(at) == STOP {
+            return Stop::At { resume: at, stop: at };
         }
         let digits = match self.family {
             Family::Cl100k { digits } => digits,
@@ -148,7 +165,9 @@ impl AsciiWindows {
                 *start = end;
             }
         };
-        let mut window = usize::from(START) << (2 * KIND_BITS) | usize::from(kind(at)) << KIND_BITS;
+        // Before `at`, which starts a match, as if a letter: for cl100k, an other
+        // character after a letter starts a match too.
+        let mut window = usize::from(LETTER) << (2 * KIND_BITS) | usize::from(kind(at)) << KIND_BITS;
         window |= usize::from(kind(at + 1));
         let mut block = at + 1;
         while block < bytes.len() {
@@ -156,13 +175,18 @@ impl AsciiWindows {
             let mut found = 0u64;
             let mut stop = None;
             for middle in block..block_end {
-                let next = kind(middle + 1);
-                if next == STOP {
+                window = (window << KIND_BITS | usize::from(kind(middle + 1))) & (WINDOWS - 1);
+                let verdict = match self.starts[window] {
+                    LOOK_AROUND => self.look_around(bytes, middle).map_or(UNDECIDED, verdict),
+                    verdict => verdict,
+                };
+                if verdict == UNDECIDED {
+                    // The general path goes on past the byte after it too: that
+                    // one may be what the table could not read.
                     stop = Some(middle + 1);
                     break;
                 }
-                window = (window << KIND_BITS | usize::from(next)) & (WINDOWS - 1);
-                found |= u64::from(self.starts[window]) << (middle - block);
+                found |= u64::from(verdict) << (middle - block);
             }
             while found != 0 {
                 let next = block + found.trailing_zeros() as usize;
@@ -177,6 +201,34 @@ impl AsciiWindows {
         match_up_to(&mut start, bytes.len());
         Stop::End
     }
+}
+
+impl AsciiWindows {
+    /// Whether cl100k starts a match at `at`, whitespace after a line break:
+    /// unless a later line break in the run ends the same match, which it does
+    /// unless a run of others took the line breaks before. `None` where a
+    /// non-ASCII character might be whitespace or an other character.
+    fn look_around(&self, bytes: &[u8], at: usize) -> Option<bool> {
+        let kind = |byte: u8| self.kinds[byte as usize];
+        let run = bytes[at..].iter().take_while(|&&byte| matches!(kind(byte), SPACE | BREAK | NEWLINE)).count();
+        if bytes.get(at + run).is_some_and(|&byte| kind(byte) == STOP) {
+            return None;
+        }
+        if !bytes[at..at + run].iter().any(|&byte| kind(byte) == NEWLINE) {
+            return Some(true);
+        }
+        match bytes[..at].iter().rposition(|&byte| kind(byte) != NEWLINE) {
+            Some(before_breaks) => match kind(bytes[before_breaks]) {
+                STOP => None,
+                before => Some(before == OTHER),
+            },
+            None => Some(false),
+        }
+    }
+}
+
+fn verdict(starts: bool) -> u8 {
+    if starts { STARTS } else { NO_START }
 }
 
 /// Letters, numbers and other characters make runs.
@@ -195,18 +247,34 @@ fn gpt2_starts(previous: u8, current: u8, next: u8) -> bool {
     }
 }
 
-fn cl100k_starts(before: u8, previous: u8, current: u8, next: u8) -> bool {
-    match current {
-        // After a space, or an other character that starts its match, a letter
-        // run belongs to that match; a run of others or a space before took it.
+fn cl100k_starts(before: u8, previous: u8, current: u8, next: u8) -> u8 {
+    let starts = match current {
+        // After a space, a tab, or an other character that starts its match, a
+        // letter run belongs to that match; a run of others or a space before took it.
         LETTER => match previous {
-            LETTER | SPACE => false,
+            LETTER | SPACE | BREAK => false,
             OTHER => before == OTHER || before == SPACE,
             _ => true,
         },
         NUMBER => previous != NUMBER,
         OTHER => previous != OTHER && previous != SPACE,
-        SPACE => in_run(previous) || (previous == SPACE && in_run(next)),
+        NEWLINE => previous == LETTER || previous == NUMBER,
+        SPACE | BREAK => match previous {
+            LETTER | NUMBER | OTHER => true,
+            SPACE | BREAK => in_run(next),
+            // After a line break: a start unless a later line break in the run
+            // belongs to the same match.
+            NEWLINE => match (next, before) {
+                (END, _) => true,
+                (next, _) if in_run(next) => true,
+                // Taken by the run of others before, which ends at it.
+                (NEWLINE, OTHER) => true,
+                (NEWLINE, LETTER | NUMBER | SPACE | BREAK) => false,
+                _ => return LOOK_AROUND,
+            },
+            _ => false,
+        },
         _ => false,
-    }
+    };
+    verdict(starts)
 }
