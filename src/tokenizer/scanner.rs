@@ -9,6 +9,9 @@
 //! engines, so a scanner and its pattern agree on every code point. The
 //! `property_tests` below pit each scanner against `fancy-regex` on generated text.
 //!
+//! GPT-2's and cl100k's scanners read ASCII text through a table first (see
+//! `ascii_windows`) and go character by character only where it cannot decide.
+//!
 //! Every one of these patterns matches at every position (each character is a
 //! letter, a number, whitespace or something else, and each has an alternative),
 //! so the matches tile the text and the scanner only has to find where each ends.
