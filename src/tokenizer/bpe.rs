@@ -150,6 +150,10 @@ impl RecentPieces {
     }
 }
 
+/// The length of a short piece's `InlineIds` in a generation when its ids are too
+/// many to be inline: they are in `boxed`. So a short piece costs one probe to miss.
+const SPILLED: u32 = u32::MAX;
+
 #[derive(Clone, Copy, Default)]
 struct InlineIds {
     len: u32,
@@ -203,15 +207,22 @@ fn inline_key(piece: &[u8]) -> Option<u128> {
 
 impl Generation {
     fn get(&self, piece: &[u8], key: Option<u128>) -> Option<&[u32]> {
-        let inline = key.and_then(|key| self.inline.get(&key)).map(InlineIds::ids);
-        inline.or_else(|| self.boxed.get(piece).map(|ids| &ids[..]))
+        match key.map(|key| self.inline.get(&key)) {
+            // A short piece not among the inline keys is not cached at all.
+            Some(inline) if inline?.len != SPILLED => inline.map(InlineIds::ids),
+            _ => self.boxed.get(piece).map(|ids| &ids[..]),
+        }
     }
 
     fn insert(&mut self, piece: &[u8], key: Option<u128>, ids: &[u32]) {
-        match key.zip(InlineIds::new(ids)) {
-            Some((key, inline)) => drop(self.inline.insert(key, inline)),
-            None => drop(self.boxed.insert(piece.into(), ids.into())),
+        if let Some(key) = key {
+            let inline = InlineIds::new(ids);
+            self.inline.insert(key, inline.unwrap_or(InlineIds { len: SPILLED, ids: [0; INLINE_IDS] }));
+            if inline.is_some() {
+                return;
+            }
         }
+        self.boxed.insert(piece.into(), ids.into());
     }
 
     fn len(&self) -> usize {
@@ -307,15 +318,15 @@ impl BytePairMerger {
         Pieces { merger: self, cache: self.caches.get_or_default().borrow_mut() }
     }
 
-    /// The same merges as `merge` for a short piece, by scanning an array of its
-    /// adjacent pairs for the lowest rank (leftmost on ties) instead of keeping a
-    /// queue: the result is the same, since a queued pair that changed is skipped
-    /// there, and a pair's rank identifies it. For the few bytes of a word, a scan
-    /// costs less than queue operations.
+    /// The same merges as `merge` for a short piece, by scanning its adjacent pairs
+    /// for the lowest rank (leftmost on ties) instead of keeping a queue: the result
+    /// is the same, since a queued pair that changed is skipped there, and a pair's
+    /// rank identifies it. The symbols stay where they started, linked to their
+    /// neighbours, and a pair that cannot merge ranks last, so each scan is one
+    /// branch-free pass over fixed arrays on the stack and a merge moves nothing.
     fn merge_short(&self, piece: &[u8], out: &mut Vec<u32>) {
+        const NO_MERGE: u32 = u32::MAX;
         let mut ids = [0u32; SHORT_PIECE_MAX];
-        // `pairs[at]`: the merge of `ids[at]` and `ids[at + 1]`, if there is one.
-        let mut pairs = [None::<Merge>; SHORT_PIECE_MAX];
         let mut len = 0;
         self.alphabet.first_ids(piece, |id| {
             ids[len] = id;
@@ -325,30 +336,43 @@ impl BytePairMerger {
             out.extend_from_slice(&ids[..len]);
             return;
         }
-        let pair = |ids: &[u32], at: usize| self.merges.get(&(ids[at], ids[at + 1])).copied();
-        for (at, merge) in pairs[..len - 1].iter_mut().enumerate() {
-            *merge = pair(&ids, at);
+        // `ranks[at]`/`merged[at]`: the merge of the symbol at `at` with the next one
+        // still standing (`next[at]`), or `NO_MERGE`; merged-away symbols rank last.
+        let mut ranks = [NO_MERGE; SHORT_PIECE_MAX];
+        let mut merged = [0u32; SHORT_PIECE_MAX];
+        let mut next: [u8; SHORT_PIECE_MAX] = std::array::from_fn(|at| at as u8 + 1);
+        let mut previous: [u8; SHORT_PIECE_MAX] = std::array::from_fn(|at| (at as u8).saturating_sub(1));
+        let pair = |left: u32, right: u32| self.merges.get(&(left, right)).map_or((NO_MERGE, 0), |m| (m.rank, m.id));
+        for at in 0..len - 1 {
+            (ranks[at], merged[at]) = pair(ids[at], ids[at + 1]);
         }
         loop {
-            let lowest =
-                pairs[..len - 1].iter().enumerate().filter_map(|(at, merge)| Some((merge.as_ref()?.rank, at))).min();
-            let Some((_, at)) = lowest else { break };
-            ids[at] = pairs[at].map_or(ids[at], |merge| merge.id);
-            ids.copy_within(at + 2..len, at + 1);
-            if at + 2 < len {
-                pairs.copy_within(at + 2..len - 1, at + 1);
+            let lowest = ranks[..len - 1].iter().enumerate().map(|(at, &rank)| (rank as u64) << 32 | at as u64).min();
+            let lowest = lowest.unwrap_or(u64::MAX);
+            if lowest >> 32 == NO_MERGE as u64 {
+                break;
             }
-            len -= 1;
-            if at + 1 < len {
-                pairs[at] = pair(&ids, at);
-            } else {
-                pairs[at] = None;
+            let at = lowest as u32 as usize;
+            let gone = next[at] as usize;
+            ids[at] = merged[at];
+            ranks[gone] = NO_MERGE;
+            next[at] = next[gone];
+            let after = next[at] as usize;
+            (ranks[at], merged[at]) = if after < len { pair(ids[at], ids[after]) } else { (NO_MERGE, 0) };
+            if after < len {
+                previous[after] = at as u8;
             }
+            // The first symbol is never merged away, so any other has a previous one.
             if at > 0 {
-                pairs[at - 1] = pair(&ids, at - 1);
+                let before = previous[at] as usize;
+                (ranks[before], merged[before]) = pair(ids[before], ids[at]);
             }
         }
-        out.extend_from_slice(&ids[..len]);
+        let mut at = 0;
+        while at < len {
+            out.push(ids[at]);
+            at = next[at] as usize;
+        }
     }
 
     /// `tokenizers`' `Word::merge_all` without dropout: rank by rank where the merge
