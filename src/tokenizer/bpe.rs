@@ -26,8 +26,9 @@ const INLINE_IDS: usize = 3;
 /// Pieces up to this long are merged by `merge_short`, on arrays on the stack.
 const SHORT_PIECE_MAX: usize = 32;
 /// Entries per generation of a thread's cache: once the current generation is
-/// full it becomes the previous one and the one before is dropped, so memory per
-/// thread is bounded (a few MiB) while the words in use stay cached.
+/// full it becomes the previous one and the one before is emptied to be the
+/// current one (its memory kept), so memory per thread is bounded (a few MiB)
+/// while the words in use stay cached.
 const GENERATION_ENTRIES: usize = 1 << 16;
 /// Slots of the direct-mapped table in front of the generations (32 bytes each).
 /// A generation's hash table spans megabytes, so nearly every probe of it misses
@@ -111,7 +112,21 @@ struct MergeState {
 #[derive(Default)]
 struct Generation {
     inline: FxHashMap<u128, InlineIds>,
-    boxed: FxHashMap<Box<[u8]>, Box<[u32]>>,
+    /// Other pieces by a hash of their bytes, kept in `bytes` and `ids`: a cache
+    /// can drop a piece whose hash another piece shares, so a hit compares the
+    /// bytes and there are no allocations per piece to make and free.
+    stored: FxHashMap<u64, Stored>,
+    bytes: Vec<u8>,
+    ids: Vec<u32>,
+}
+
+/// Where a stored piece's bytes and ids are.
+#[derive(Clone, Copy)]
+struct Stored {
+    bytes: u32,
+    ids: u32,
+    bytes_len: u8,
+    ids_len: u8,
 }
 
 /// Short pieces' ids by key, one slot per hash value: a newer piece replaces an
@@ -151,7 +166,7 @@ impl RecentPieces {
 }
 
 /// The length of a short piece's `InlineIds` in a generation when its ids are too
-/// many to be inline: they are in `boxed`. So a short piece costs one probe to miss.
+/// many to be inline: they are in `stored`. So a short piece costs one probe to miss.
 const SPILLED: u32 = u32::MAX;
 
 #[derive(Clone, Copy, Default)]
@@ -210,10 +225,15 @@ impl Generation {
         match key.map(|key| self.inline.get(&key)) {
             // A short piece not among the inline keys is not cached at all.
             Some(inline) if inline?.len != SPILLED => inline.map(InlineIds::ids),
-            _ => self.boxed.get(piece).map(|ids| &ids[..]),
+            _ => {
+                let stored = self.stored.get(&hash_of(piece))?;
+                let bytes = &self.bytes[stored.bytes as usize..][..stored.bytes_len as usize];
+                (bytes == piece).then(|| &self.ids[stored.ids as usize..][..stored.ids_len as usize])
+            }
         }
     }
 
+    /// Caches the ids of a piece of at most `CACHED_PIECE_MAX` bytes.
     fn insert(&mut self, piece: &[u8], key: Option<u128>, ids: &[u32]) {
         if let Some(key) = key {
             let inline = InlineIds::new(ids);
@@ -222,12 +242,43 @@ impl Generation {
                 return;
             }
         }
-        self.boxed.insert(piece.into(), ids.into());
+        // At most one id per byte, so both lengths fit.
+        let stored = Stored {
+            bytes: self.bytes.len() as u32,
+            ids: self.ids.len() as u32,
+            bytes_len: piece.len() as u8,
+            ids_len: ids.len() as u8,
+        };
+        self.bytes.extend_from_slice(piece);
+        self.ids.extend_from_slice(ids);
+        self.stored.insert(hash_of(piece), stored);
     }
 
-    fn len(&self) -> usize {
-        self.inline.len() + self.boxed.len()
+    fn is_full(&self) -> bool {
+        // Pieces whose hash was taken again still hold their bytes: those count too.
+        self.inline.len() + self.stored.len() >= GENERATION_ENTRIES
+            || self.bytes.len() >= GENERATION_ENTRIES * CACHED_PIECE_MAX
     }
+
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.inline.len() + self.stored.len()
+    }
+
+    /// Empties the generation, keeping its memory for the next one.
+    fn clear(&mut self) {
+        self.inline.clear();
+        self.stored.clear();
+        self.bytes.clear();
+        self.ids.clear();
+    }
+}
+
+fn hash_of(piece: &[u8]) -> u64 {
+    use std::hash::Hasher;
+    let mut hasher = rustc_hash::FxHasher::default();
+    hasher.write(piece);
+    hasher.finish()
 }
 
 impl PieceCache {
@@ -254,8 +305,9 @@ impl PieceCache {
 
     /// Caches the ids `out[start..]` of `piece`.
     fn insert(&mut self, piece: &[u8], key: Option<u128>, start: usize, out: &[u32]) {
-        if self.current.len() >= GENERATION_ENTRIES {
-            self.previous = std::mem::take(&mut self.current);
+        if self.current.is_full() {
+            std::mem::swap(&mut self.current, &mut self.previous);
+            self.current.clear();
         }
         let ids = &out[start..];
         if let Some((key, ids)) = key.zip(InlineIds::new(ids)) {
@@ -524,6 +576,22 @@ mod tests {
         }
         // Same bytes, other length: never the same key.
         assert!(!cache.extend_with(b"ab\0", inline_key(b"ab\0"), &mut Vec::new()));
+    }
+
+    #[test]
+    fn a_stored_piece_is_not_the_answer_for_another_piece_with_its_hash() {
+        let mut generation = Generation::default();
+        let (piece, other) = (b"a piece longer than fifteen bytes", b"another piece of over fifteen bytes");
+        generation.insert(piece, None, &[1, 2]);
+        assert_eq!(generation.get(piece, None), Some(&[1, 2][..]));
+        assert_eq!(generation.get(other, None), None);
+        // As if `other` hashed to where `piece` is stored.
+        let stored = generation.stored[&hash_of(piece)];
+        generation.stored.insert(hash_of(other), stored);
+        assert_eq!(generation.get(other, None), None, "bytes are compared");
+        generation.insert(other, None, &[3]);
+        assert_eq!(generation.get(other, None), Some(&[3][..]));
+        assert_eq!(generation.get(piece, None), Some(&[1, 2][..]));
     }
 
     #[test]
