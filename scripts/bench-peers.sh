@@ -115,7 +115,7 @@ PY
     "$py" -c "import json,sys; r=json.load(sys.stdin); r.update(tool='exact', family='$family'); print(json.dumps(r))" >> "$results"
 done
 
-say "fast core on one 2 MB word of random letters (no quadratic merging)"
+say "fast core on one 2 MB word of random letters and 2 MB of blank lines (no quadratic merging or scanning)"
 for family in gpt2 llama3 o200k qwen2; do
   "$bench_bin" --long-word "$tokenizers/$family/tokenizer.json" 2000000 |
     "$py" -c "import json,sys; r=json.load(sys.stdin); r.update(tool='long_word', family='$family'); print(json.dumps(r))" >> "$results"

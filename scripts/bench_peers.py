@@ -188,6 +188,9 @@ def report(results, cores):
         if r.get("tool") == "long_word":
             print(f"{r['family']:10s} one word of {r['bytes'] / 1e6:.0f} MB random letters: {r['seconds']:.2f} s on the fast core "
                   f"(target < 1 s) {'OK' if r['seconds'] < 1 else 'MISSED'}; ids equal tokenizers': {r['same_as_tokenizers']}")
+            blank = r["blank_lines_seconds"]
+            print(f"{r['family']:10s} {r['bytes'] / 1e6:.0f} MB of blank lines (one whitespace run): {blank:.2f} s on the fast core "
+                  f"(target < 1 s) {'OK' if blank < 1 else 'MISSED'}; ids equal tokenizers': {r['blank_lines_same_as_tokenizers']}")
     for r in runs:
         if r.get("tool") == "core":
             ratio = r["fast_tokens_per_second"] / r["gigatoken_tokens_per_second"]

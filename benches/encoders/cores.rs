@@ -60,13 +60,21 @@ pub fn long_word(args: &[String]) -> anyhow::Result<()> {
         })
         .collect();
     let fast = FastEncoder::for_tokenizer(&tokenizer)?;
-    let started = Instant::now();
-    let ids = fast.encode(&word).unwrap_or_default();
-    let seconds = started.elapsed().as_secs_f64();
     let reference: tokenizers::Tokenizer = tokenizer.to_string().parse().map_err(anyhow::Error::msg)?;
-    let want = reference.encode_fast(word.as_str(), false).map_err(anyhow::Error::msg)?.get_ids().to_vec();
-    let report =
-        json!({"bytes": word.len(), "seconds": seconds, "tokens": ids.len(), "same_as_tokenizers": ids == want});
+    let timed = |text: &str| -> anyhow::Result<(f64, usize, bool)> {
+        let started = Instant::now();
+        let ids = fast.encode(text).unwrap_or_default();
+        let seconds = started.elapsed().as_secs_f64();
+        let want = reference.encode_fast(text, false).map_err(anyhow::Error::msg)?.get_ids().to_vec();
+        Ok((seconds, ids.len(), ids == want))
+    };
+    let (seconds, tokens, same) = timed(&word)?;
+    // One whitespace run with a line break every few bytes: a scanner that reads
+    // ahead to the run's end from every line break is quadratic here.
+    let blank_lines = "\n  ".repeat(word.len() / 3);
+    let (blank_seconds, _, blank_same) = timed(&blank_lines)?;
+    let report = json!({"bytes": word.len(), "seconds": seconds, "tokens": tokens, "same_as_tokenizers": same,
+        "blank_lines_seconds": blank_seconds, "blank_lines_same_as_tokenizers": blank_same});
     println!("{report}");
     Ok(())
 }

@@ -201,21 +201,20 @@ impl AsciiWindows {
         match_up_to(&mut start, bytes.len());
         Stop::End
     }
-}
 
-impl AsciiWindows {
     /// Whether cl100k starts a match at `at`, whitespace after a line break:
     /// unless a later line break in the run ends the same match, which it does
     /// unless a run of others took the line breaks before. `None` where a
     /// non-ASCII character might be whitespace or an other character.
     fn look_around(&self, bytes: &[u8], at: usize) -> Option<bool> {
         let kind = |byte: u8| self.kinds[byte as usize];
-        let run = bytes[at..].iter().take_while(|&&byte| matches!(kind(byte), SPACE | BREAK | NEWLINE)).count();
-        if bytes.get(at + run).is_some_and(|&byte| kind(byte) == STOP) {
-            return None;
-        }
-        if !bytes[at..at + run].iter().any(|&byte| kind(byte) == NEWLINE) {
-            return Some(true);
+        // Only as far as the next line break: reading the whole run from every
+        // line break in it would be quadratic in a long run of blank lines.
+        let past_blanks = bytes[at..].iter().map(|&byte| kind(byte)).find(|&kind| !matches!(kind, SPACE | BREAK));
+        match past_blanks {
+            Some(NEWLINE) => {}
+            Some(STOP) => return None,
+            _ => return Some(true),
         }
         match bytes[..at].iter().rposition(|&byte| kind(byte) != NEWLINE) {
             Some(before_breaks) => match kind(bytes[before_breaks]) {
