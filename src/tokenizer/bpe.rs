@@ -18,6 +18,8 @@ use super::symbols::{Merge, NONE, Symbol, merge_with_next, surviving_ids};
 /// Pre-tokens longer than this are encoded without the cache: they are rare, and
 /// keeping them would let a few huge pieces fill it.
 const CACHED_PIECE_MAX: usize = 64;
+// A stored piece's length, and so its count of ids, is kept in a byte.
+const _: () = assert!(CACHED_PIECE_MAX <= u8::MAX as usize);
 /// Pre-tokens up to this long, giving up to `INLINE_IDS` ids, are cached by value:
 /// the key is one integer and the ids sit in the table, so a hit compares no
 /// bytes and follows no pointer. Most words of natural text are such pieces.
@@ -165,9 +167,30 @@ impl RecentPieces {
     }
 }
 
-/// The length of a short piece's `InlineIds` in a generation when its ids are too
-/// many to be inline: they are in `stored`. So a short piece costs one probe to miss.
-const SPILLED: u32 = u32::MAX;
+/// A short piece's `InlineIds` in a generation when its ids are too many to be
+/// inline: they are in `stored`. So a short piece costs one probe to miss.
+const SPILLED: InlineIds = InlineIds { len: u32::MAX, ids: [0; INLINE_IDS] };
+
+/// How the cache finds a piece: a short one by its bytes as one integer, any other
+/// by a hash of its bytes (compared on a hit), hashed once for all its lookups.
+#[derive(Clone, Copy)]
+enum CacheKey {
+    Inline(u128),
+    Hashed(u64),
+}
+
+impl CacheKey {
+    fn of(piece: &[u8]) -> CacheKey {
+        inline_key(piece).map_or_else(|| CacheKey::Hashed(hash_of(piece)), CacheKey::Inline)
+    }
+
+    fn inline(self) -> Option<u128> {
+        match self {
+            CacheKey::Inline(key) => Some(key),
+            CacheKey::Hashed(_) => None,
+        }
+    }
+}
 
 #[derive(Clone, Copy, Default)]
 struct InlineIds {
@@ -221,28 +244,33 @@ fn inline_key(piece: &[u8]) -> Option<u128> {
 }
 
 impl Generation {
-    fn get(&self, piece: &[u8], key: Option<u128>) -> Option<&[u32]> {
-        match key.map(|key| self.inline.get(&key)) {
-            // A short piece not among the inline keys is not cached at all.
-            Some(inline) if inline?.len != SPILLED => inline.map(InlineIds::ids),
-            _ => {
-                let stored = self.stored.get(&hash_of(piece))?;
-                let bytes = &self.bytes[stored.bytes as usize..][..stored.bytes_len as usize];
-                (bytes == piece).then(|| &self.ids[stored.ids as usize..][..stored.ids_len as usize])
-            }
-        }
+    fn get(&self, piece: &[u8], key: CacheKey) -> Option<&[u32]> {
+        let hash = match key {
+            CacheKey::Inline(key) => match self.inline.get(&key)? {
+                inline if inline.len != SPILLED.len => return Some(inline.ids()),
+                _ => hash_of(piece),
+            },
+            CacheKey::Hashed(hash) => hash,
+        };
+        let stored = self.stored.get(&hash)?;
+        let bytes = &self.bytes[stored.bytes as usize..][..stored.bytes_len as usize];
+        (bytes == piece).then(|| &self.ids[stored.ids as usize..][..stored.ids_len as usize])
     }
 
     /// Caches the ids of a piece of at most `CACHED_PIECE_MAX` bytes.
-    fn insert(&mut self, piece: &[u8], key: Option<u128>, ids: &[u32]) {
-        if let Some(key) = key {
-            let inline = InlineIds::new(ids);
-            self.inline.insert(key, inline.unwrap_or(InlineIds { len: SPILLED, ids: [0; INLINE_IDS] }));
-            if inline.is_some() {
-                return;
+    fn insert(&mut self, piece: &[u8], key: CacheKey, ids: &[u32]) {
+        let hash = match key {
+            CacheKey::Inline(key) => {
+                let inline = InlineIds::new(ids);
+                self.inline.insert(key, inline.unwrap_or(SPILLED));
+                if inline.is_some() {
+                    return;
+                }
+                hash_of(piece)
             }
-        }
-        // At most one id per byte, so both lengths fit.
+            CacheKey::Hashed(hash) => hash,
+        };
+        // At most one id per byte, so both lengths fit (see `CACHED_PIECE_MAX`).
         let stored = Stored {
             bytes: self.bytes.len() as u32,
             ids: self.ids.len() as u32,
@@ -251,7 +279,7 @@ impl Generation {
         };
         self.bytes.extend_from_slice(piece);
         self.ids.extend_from_slice(ids);
-        self.stored.insert(hash_of(piece), stored);
+        self.stored.insert(hash, stored);
     }
 
     fn is_full(&self) -> bool {
@@ -283,13 +311,13 @@ fn hash_of(piece: &[u8]) -> u64 {
 
 impl PieceCache {
     /// Appends the cached ids of `piece` to `out`, if it is cached.
-    fn extend_with(&mut self, piece: &[u8], key: Option<u128>, out: &mut Vec<u32>) -> bool {
-        if let Some(ids) = key.and_then(|key| self.recent.get(key)) {
+    fn extend_with(&mut self, piece: &[u8], key: CacheKey, out: &mut Vec<u32>) -> bool {
+        if let Some(ids) = key.inline().and_then(|key| self.recent.get(key)) {
             ids.push_to(out);
             return true;
         }
         if let Some(ids) = self.current.get(piece, key) {
-            if let Some((key, ids)) = key.zip(InlineIds::new(ids)) {
+            if let Some((key, ids)) = key.inline().zip(InlineIds::new(ids)) {
                 self.recent.insert(key, ids);
             }
             out.extend_from_slice(ids);
@@ -304,13 +332,13 @@ impl PieceCache {
     }
 
     /// Caches the ids `out[start..]` of `piece`.
-    fn insert(&mut self, piece: &[u8], key: Option<u128>, start: usize, out: &[u32]) {
+    fn insert(&mut self, piece: &[u8], key: CacheKey, start: usize, out: &[u32]) {
         if self.current.is_full() {
             std::mem::swap(&mut self.current, &mut self.previous);
             self.current.clear();
         }
         let ids = &out[start..];
-        if let Some((key, ids)) = key.zip(InlineIds::new(ids)) {
+        if let Some((key, ids)) = key.inline().zip(InlineIds::new(ids)) {
             self.recent.insert(key, ids);
         }
         self.current.insert(piece, key, ids);
@@ -336,7 +364,7 @@ impl Pieces<'_> {
             _ => {}
         }
         let cache = &mut *self.cache;
-        let key = (piece.len() <= CACHED_PIECE_MAX).then(|| inline_key(piece));
+        let key = (piece.len() <= CACHED_PIECE_MAX).then(|| CacheKey::of(piece));
         if let Some(key) = key
             && cache.extend_with(piece, key, out)
         {
@@ -400,19 +428,18 @@ impl BytePairMerger {
         }
         loop {
             let lowest = ranks[..len - 1].iter().enumerate().map(|(at, &rank)| (rank as u64) << 32 | at as u64).min();
-            let lowest = lowest.unwrap_or(u64::MAX);
-            if lowest >> 32 == NO_MERGE as u64 {
-                break;
-            }
+            let Some(lowest) = lowest.filter(|lowest| lowest >> 32 != NO_MERGE as u64) else { break };
             let at = lowest as u32 as usize;
             let gone = next[at] as usize;
             ids[at] = merged[at];
             ranks[gone] = NO_MERGE;
             next[at] = next[gone];
             let after = next[at] as usize;
-            (ranks[at], merged[at]) = if after < len { pair(ids[at], ids[after]) } else { (NO_MERGE, 0) };
             if after < len {
+                (ranks[at], merged[at]) = pair(ids[at], ids[after]);
                 previous[after] = at as u8;
+            } else {
+                ranks[at] = NO_MERGE;
             }
             // The first symbol is never merged away, so any other has a previous one.
             if at > 0 {
@@ -567,31 +594,31 @@ mod tests {
         let mut cache = PieceCache::default();
         let long = b"a piece longer than fifteen bytes";
         for (piece, ids) in [(&b"ab"[..], &[7u32][..]), (b"abcdef", &[1, 2, 3, 4]), (long, &[5, 6])] {
-            cache.insert(piece, inline_key(piece), 0, ids);
+            cache.insert(piece, CacheKey::of(piece), 0, ids);
         }
         for (piece, ids) in [(&b"ab"[..], &[7u32][..]), (b"abcdef", &[1, 2, 3, 4]), (long, &[5, 6])] {
             let mut out = vec![9];
-            assert!(cache.extend_with(piece, inline_key(piece), &mut out));
+            assert!(cache.extend_with(piece, CacheKey::of(piece), &mut out));
             assert_eq!(out[1..], *ids, "{piece:?}");
         }
         // Same bytes, other length: never the same key.
-        assert!(!cache.extend_with(b"ab\0", inline_key(b"ab\0"), &mut Vec::new()));
+        assert!(!cache.extend_with(b"ab\0", CacheKey::of(b"ab\0"), &mut Vec::new()));
     }
 
     #[test]
     fn a_stored_piece_is_not_the_answer_for_another_piece_with_its_hash() {
         let mut generation = Generation::default();
         let (piece, other) = (b"a piece longer than fifteen bytes", b"another piece of over fifteen bytes");
-        generation.insert(piece, None, &[1, 2]);
-        assert_eq!(generation.get(piece, None), Some(&[1, 2][..]));
-        assert_eq!(generation.get(other, None), None);
+        generation.insert(piece, CacheKey::of(piece), &[1, 2]);
+        assert_eq!(generation.get(piece, CacheKey::of(piece)), Some(&[1, 2][..]));
+        assert_eq!(generation.get(other, CacheKey::of(other)), None);
         // As if `other` hashed to where `piece` is stored.
         let stored = generation.stored[&hash_of(piece)];
         generation.stored.insert(hash_of(other), stored);
-        assert_eq!(generation.get(other, None), None, "bytes are compared");
-        generation.insert(other, None, &[3]);
-        assert_eq!(generation.get(other, None), Some(&[3][..]));
-        assert_eq!(generation.get(piece, None), Some(&[1, 2][..]));
+        assert_eq!(generation.get(other, CacheKey::of(other)), None, "bytes are compared");
+        generation.insert(other, CacheKey::of(other), &[3]);
+        assert_eq!(generation.get(other, CacheKey::of(other)), Some(&[3][..]));
+        assert_eq!(generation.get(piece, CacheKey::of(piece)), Some(&[1, 2][..]));
     }
 
     #[test]
@@ -602,12 +629,12 @@ mod tests {
         assert!(count >= 2 * RECENT_SLOTS);
         for n in 0..count {
             let piece = piece(n);
-            cache.insert(&piece, inline_key(&piece), 0, &[n as u32, 7]);
+            cache.insert(&piece, CacheKey::of(&piece), 0, &[n as u32, 7]);
         }
         for n in (0..count).rev() {
             let piece = piece(n);
             let mut out = Vec::new();
-            assert!(cache.extend_with(&piece, inline_key(&piece), &mut out), "{n}");
+            assert!(cache.extend_with(&piece, CacheKey::of(&piece), &mut out), "{n}");
             assert_eq!(out, [n as u32, 7], "{n}");
         }
     }
@@ -618,16 +645,19 @@ mod tests {
         let in_use = piece(0);
         for n in 0..3 * GENERATION_ENTRIES {
             let mut out = Vec::new();
-            if !cache.extend_with(&in_use, inline_key(&in_use), &mut out) {
-                cache.insert(&in_use, inline_key(&in_use), 0, &[0]);
+            if !cache.extend_with(&in_use, CacheKey::of(&in_use), &mut out) {
+                cache.insert(&in_use, CacheKey::of(&in_use), 0, &[0]);
             }
             let other = piece(n + 1);
-            cache.insert(&other, inline_key(&other), 0, &[n as u32]);
+            cache.insert(&other, CacheKey::of(&other), 0, &[n as u32]);
             assert!(cache.current.len() + cache.previous.len() <= 2 * GENERATION_ENTRIES);
         }
         let mut out = Vec::new();
-        assert!(cache.extend_with(&in_use, inline_key(&in_use), &mut out), "a piece in use was dropped");
+        assert!(cache.extend_with(&in_use, CacheKey::of(&in_use), &mut out), "a piece in use was dropped");
         let first = piece(1);
-        assert!(!cache.extend_with(&first, inline_key(&first), &mut out), "a piece unused for two generations stayed");
+        assert!(
+            !cache.extend_with(&first, CacheKey::of(&first), &mut out),
+            "a piece unused for two generations stayed"
+        );
     }
 }
