@@ -124,12 +124,12 @@ impl Scanner {
         // Matches that start before here are found one at a time: the table
         // (where there is one) stopped at a byte it cannot decide.
         let mut one_at_a_time_until = if self.ascii_windows.is_some() { 0 } else { text.len() };
+        let ignore_case = self.family != Family::Gpt2;
+        let contraction_end = |after: usize| self.contraction_end(text, after, ignore_case);
         while at < text.len() {
             if let Some(windows) = &self.ascii_windows
                 && at >= one_at_a_time_until
             {
-                let ignore_case = self.family != Family::Gpt2;
-                let contraction_end = |after: usize| self.contraction_end(text, after, ignore_case);
                 match windows.matches_from(text, at, contraction_end, &mut on_match) {
                     Stop::End => return,
                     Stop::At { resume, stop } => (at, one_at_a_time_until) = (resume, stop + 1),
