@@ -1,9 +1,11 @@
-//! The split patterns of GPT-2 and cl100k (Llama-3, Qwen2) on ASCII text, by
-//! table: whether a match starts at a byte depends only on the kinds of the two
+//! The split patterns of GPT-2 and cl100k (Llama-3, Qwen2) on ASCII text, 64 bytes
+//! at a time: whether a match starts at a byte depends only on the kinds of the two
 //! bytes before it, itself and the next, once contractions and cl100k's groups of
-//! digits are set aside. So the starts of a block of 64 bytes are found with one
-//! table lookup per byte and no branch that depends on the text, and the matches
-//! are read off the bits. Pieces are a few bytes long and vary, and a scanner that
+//! digits are set aside. So a block's bytes are sorted into kinds, one bit per byte
+//! in a `u64` per kind (by SSE2 on x86-64, 16 bytes per instruction), the rules
+//! below are operations on those bits, shifted one or two bytes to see the
+//! neighbours, and the matches are read off the bits of the starts. No branch
+//! depends on the text: pieces are a few bytes long and vary, and a scanner that
 //! tests byte after byte mispredicts the end of nearly every piece.
 //!
 //! GPT-2 (`'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+`),
@@ -42,7 +44,7 @@ pub enum AsciiClass {
     Other,
 }
 
-/// A byte's kind in a window.
+/// A byte's kind, an index into `KindBits`.
 const LETTER: u8 = 0;
 const NUMBER: u8 = 1;
 const OTHER: u8 = 2;
@@ -51,23 +53,35 @@ const SPACE: u8 = 3;
 const BREAK: u8 = 4;
 /// cl100k's `\r` and `\n`.
 const NEWLINE: u8 = 5;
+/// Past the text's end.
 const END: u8 = 6;
 /// Non-ASCII: the general path goes on.
 const STOP: u8 = 7;
+const KINDS: usize = 8;
 
-/// Bits per kind in a window index, four kinds: two bytes before, the byte looked
-/// at, the next.
-const KIND_BITS: usize = 3;
-const KIND_MASK: usize = (1 << KIND_BITS) - 1;
-const WINDOWS: usize = 1 << (4 * KIND_BITS);
+/// Bytes read at a time: one bit each in a `u64`.
+const BLOCK: usize = 64;
 
-/// What a window says of its third byte.
-const NO_START: u8 = 0;
-const STARTS: u8 = 1;
-/// Whitespace after a line break: `look_around` decides.
-const LOOK_AROUND: u8 = 2;
-/// Next to a non-ASCII byte: the general path decides.
-const UNDECIDED: u8 = 3;
+/// A block of bytes by kind: bit `i` of `self.0[kind]` is set when the block's
+/// byte `i` is of that kind.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct KindBits([u64; KINDS]);
+
+impl KindBits {
+    fn of(&self, kind: u8) -> u64 {
+        self.0[kind as usize]
+    }
+}
+
+/// What the bits of a block say of each of its bytes.
+#[derive(Debug, PartialEq, Eq)]
+struct Verdicts {
+    starts: u64,
+    /// Whitespace after a line break: `look_around` decides.
+    look_around: u64,
+    /// Next to a non-ASCII byte: the general path decides.
+    undecided: u64,
+}
 
 #[derive(Clone, Copy)]
 enum Family {
@@ -78,8 +92,9 @@ enum Family {
 pub struct AsciiWindows {
     family: Family,
     kinds: [u8; 256],
-    /// Whether a match starts at the third byte of each window of four kinds.
-    starts: Box<[u8; WINDOWS]>,
+    /// Whether `classify_sse2` gives the kinds of `kinds` (checked on every byte
+    /// when the table is made), so that blocks are read 16 bytes per instruction.
+    sse2: bool,
 }
 
 /// Where `AsciiWindows::matches_from` stopped.
@@ -115,20 +130,58 @@ impl AsciiWindows {
                 (AsciiClass::Whitespace, _) => BREAK,
             };
         }
-        let mut starts = Box::new([NO_START; WINDOWS]);
-        for (window, start) in starts.iter_mut().enumerate() {
-            let kind = |back: usize| (window >> (back * KIND_BITS) & KIND_MASK) as u8;
-            let (before, previous, current, next) = (kind(3), kind(2), kind(1), kind(0));
-            *start = if [previous, current, next].contains(&STOP) {
-                UNDECIDED
-            } else {
-                match family {
-                    Family::Gpt2 => verdict(gpt2_starts(previous, current, next)),
-                    Family::Cl100k { .. } => cl100k_starts(before, previous, current, next),
-                }
-            };
+        let mut windows = AsciiWindows { family, kinds, sse2: false };
+        windows.sse2 = windows.sse2_agrees();
+        windows
+    }
+
+    /// Whether `classify_sse2`, which knows ASCII's Unicode classes, gives every
+    /// byte the kind the scanner's tables give it.
+    fn sse2_agrees(&self) -> bool {
+        let every_byte: Vec<u8> = (0..=u8::MAX).collect();
+        every_byte.chunks_exact(BLOCK).all(|block| {
+            let block = block.try_into().unwrap_or([0; BLOCK]);
+            classify_sse2(&block, self.newline_kind()) == Some(self.classify_scalar(&block))
+        })
+    }
+
+    /// The kind of `\r` and `\n`: only cl100k's pattern treats them apart.
+    fn newline_kind(&self) -> u8 {
+        match self.family {
+            Family::Gpt2 => BREAK,
+            Family::Cl100k { .. } => NEWLINE,
         }
-        AsciiWindows { family, kinds, starts }
+    }
+
+    fn classify_scalar(&self, block: &[u8; BLOCK]) -> KindBits {
+        let mut bits = KindBits::default();
+        for (at, &byte) in block.iter().enumerate() {
+            bits.0[self.kinds[byte as usize] as usize] |= 1 << at;
+        }
+        bits
+    }
+
+    /// The kinds of the `BLOCK` bytes from `from`, `END` past the text's end.
+    fn classify(&self, bytes: &[u8], from: usize) -> KindBits {
+        if let Some(block) = bytes.get(from..from + BLOCK) {
+            return self.classify_block(block.try_into().unwrap_or([0; BLOCK]));
+        }
+        let tail = bytes.get(from..).unwrap_or_default();
+        let mut block = [0; BLOCK];
+        block[..tail.len()].copy_from_slice(tail);
+        let mut bits = self.classify_block(block);
+        // Shorter than a block, so the shift is less than 64.
+        let inside = !(u64::MAX << tail.len());
+        bits.0.iter_mut().for_each(|kind| *kind &= inside);
+        bits.0[END as usize] = !inside;
+        bits
+    }
+
+    fn classify_block(&self, block: [u8; BLOCK]) -> KindBits {
+        match self.sse2.then(|| classify_sse2(&block, self.newline_kind())).flatten() {
+            Some(bits) => bits,
+            None => self.classify_scalar(&block),
+        }
     }
 
     /// Calls `on_match` with each match from `at`, a match's start, while the
@@ -165,41 +218,84 @@ impl AsciiWindows {
                 *start = end;
             }
         };
-        // Before `at`, which starts a match, as if a letter: for cl100k, an other
-        // character after a letter starts a match too.
-        let mut window = usize::from(LETTER) << (2 * KIND_BITS) | usize::from(kind(at)) << KIND_BITS;
-        window |= usize::from(kind(at + 1));
+        // The blocks start after `at`. Before them, `at` itself, and before it as if
+        // a letter: for cl100k, an other character after a letter starts a match too.
+        let mut before_block = KindBits::default();
+        before_block.0[kind(at) as usize] |= 1 << 63;
+        before_block.0[LETTER as usize] |= 1 << 62;
         let mut block = at + 1;
+        let mut block_bits = self.classify(bytes, block);
         while block < bytes.len() {
-            let block_end = (block + 64).min(bytes.len());
-            let mut found = 0u64;
-            let mut stop = None;
-            for middle in block..block_end {
-                window = (window << KIND_BITS | usize::from(kind(middle + 1))) & (WINDOWS - 1);
-                let verdict = match self.starts[window] {
-                    LOOK_AROUND => self.look_around(bytes, middle).map_or(UNDECIDED, verdict),
-                    verdict => verdict,
-                };
-                if verdict == UNDECIDED {
-                    // The general path goes on past the byte after it too: that
-                    // one may be what the table could not read.
-                    stop = Some(middle + 1);
-                    break;
+            let after_block = self.classify(bytes, block + BLOCK);
+            let verdicts = self.verdicts(&before_block, &block_bits, &after_block);
+            let (mut found, mut undecided) = (verdicts.starts, verdicts.undecided);
+            let mut look_around = verdicts.look_around & below_lowest(undecided);
+            while look_around != 0 {
+                let bit = look_around & look_around.wrapping_neg();
+                look_around ^= bit;
+                match self.look_around(bytes, block + bit.trailing_zeros() as usize) {
+                    Some(true) => found |= bit,
+                    Some(false) => {}
+                    None => {
+                        undecided |= bit;
+                        break;
+                    }
                 }
-                found |= u64::from(verdict) << (middle - block);
             }
+            found &= below_lowest(undecided);
             while found != 0 {
                 let next = block + found.trailing_zeros() as usize;
                 found &= found - 1;
                 match_up_to(&mut start, next);
             }
-            if let Some(stop) = stop {
-                return Stop::At { resume: start, stop };
+            if undecided != 0 {
+                // The general path goes on past the byte after it too: that one may
+                // be what the table could not read.
+                return Stop::At { resume: start, stop: block + undecided.trailing_zeros() as usize + 1 };
             }
-            block = block_end;
+            (before_block, block_bits) = (block_bits, after_block);
+            block += BLOCK;
         }
         match_up_to(&mut start, bytes.len());
         Stop::End
+    }
+
+    /// The verdicts on a block's bytes, given the blocks on either side: the rules
+    /// of the module doc as operations on the bits of all 64 bytes at once.
+    fn verdicts(&self, before_block: &KindBits, block: &KindBits, after_block: &KindBits) -> Verdicts {
+        // Bit `i` of each: whether the byte two back, one back, at or after byte `i`
+        // is of `kind`.
+        let two_back = |kind: u8| block.of(kind) << 2 | before_block.of(kind) >> 62;
+        let back = |kind: u8| block.of(kind) << 1 | before_block.of(kind) >> 63;
+        let here = |kind: u8| block.of(kind);
+        let ahead = |kind: u8| block.of(kind) >> 1 | after_block.of(kind) << 63;
+        let run = |bits: &dyn Fn(u8) -> u64| bits(LETTER) | bits(NUMBER) | bits(OTHER);
+        let blank = |bits: &dyn Fn(u8) -> u64| bits(SPACE) | bits(BREAK);
+        let (starts, look_around) = match self.family {
+            Family::Gpt2 => {
+                let same_run = here(LETTER) & back(LETTER) | here(NUMBER) & back(NUMBER) | here(OTHER) & back(OTHER);
+                let runs = run(&here) & (run(&back) & !same_run | back(BREAK));
+                let blanks = blank(&here) & (run(&back) | blank(&back) & run(&ahead));
+                (runs | blanks, 0)
+            }
+            Family::Cl100k { .. } => {
+                let other_taken = two_back(OTHER) | two_back(SPACE);
+                let letters = here(LETTER) & !(back(LETTER) | blank(&back)) & (!back(OTHER) | other_taken);
+                let numbers = here(NUMBER) & !back(NUMBER);
+                let others = here(OTHER) & !(back(OTHER) | back(SPACE));
+                let newlines = here(NEWLINE) & (back(LETTER) | back(NUMBER));
+                let after_newline = blank(&here) & back(NEWLINE);
+                let decided_after_newline = ahead(END) | run(&ahead) | ahead(NEWLINE) & two_back(OTHER);
+                let no_start_after_newline = ahead(NEWLINE) & (run(&two_back) & !two_back(OTHER) | blank(&two_back));
+                let blanks =
+                    blank(&here) & (run(&back) | blank(&back) & run(&ahead)) | after_newline & decided_after_newline;
+                let look_around = after_newline & !decided_after_newline & !no_start_after_newline;
+                (letters | numbers | others | newlines | blanks, look_around)
+            }
+        };
+        let inside = !block.of(END);
+        let undecided = (here(STOP) | back(STOP) | ahead(STOP)) & inside;
+        Verdicts { starts: starts & inside & !undecided, look_around: look_around & inside & !undecided, undecided }
     }
 
     /// Whether cl100k starts a match at `at`, whitespace after a line break:
@@ -226,54 +322,183 @@ impl AsciiWindows {
     }
 }
 
-fn verdict(starts: bool) -> u8 {
-    if starts { STARTS } else { NO_START }
+/// The bits below `bits`' lowest set bit; all of them when none is set.
+fn below_lowest(bits: u64) -> u64 {
+    bits.wrapping_sub(1) & !bits
 }
 
-/// Letters, numbers and other characters make runs.
-fn in_run(kind: u8) -> bool {
-    kind <= OTHER
+/// The kinds of a block by SSE2 (part of every x86-64 CPU), 16 bytes at a time,
+/// for ASCII's Unicode classes (letters `A-Za-z`, numbers `0-9`, whitespace
+/// `\t\n\x0B\x0C\r` and the space); `None` on other CPUs.
+#[cfg(target_arch = "x86_64")]
+fn classify_sse2(block: &[u8; BLOCK], newline_kind: u8) -> Option<KindBits> {
+    // SAFETY: SSE2 is part of x86-64, so every CPU this runs on has it.
+    Some(unsafe { classify_with_sse2(block, newline_kind) })
 }
 
-fn gpt2_starts(previous: u8, current: u8, next: u8) -> bool {
-    let whitespace = |kind: u8| kind == SPACE || kind == BREAK;
-    if in_run(current) {
-        (in_run(previous) && previous != current) || previous == BREAK
-    } else if whitespace(current) {
-        in_run(previous) || (whitespace(previous) && in_run(next))
-    } else {
-        false
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "sse2")]
+fn classify_with_sse2(block: &[u8; BLOCK], newline_kind: u8) -> KindBits {
+    use std::arch::x86_64::*;
+    let mut bits = KindBits::default();
+    for (chunk, at) in block.chunks_exact(16).zip((0..BLOCK).step_by(16)) {
+        // SAFETY: an unaligned load of the 16 bytes of `chunk`.
+        let bytes = unsafe { _mm_loadu_si128(chunk.as_ptr().cast()) };
+        let byte = |value: u8| _mm_set1_epi8(value as i8);
+        // Bytes from `low` to `low + count - 1`: the offset from `low`, unsigned,
+        // is at most `count - 1`.
+        let in_range = |bytes: __m128i, low: u8, count: u8| {
+            let offset = _mm_sub_epi8(bytes, byte(low));
+            _mm_cmpeq_epi8(_mm_min_epu8(offset, byte(count - 1)), offset)
+        };
+        let mask = |lanes: __m128i| u64::from(_mm_movemask_epi8(lanes) as u16) << at;
+        // Setting bit 5 makes capitals small letters and takes no other byte into `a-z`.
+        let letter = in_range(_mm_or_si128(bytes, byte(0x20)), b'a', 26);
+        let number = in_range(bytes, b'0', 10);
+        let space = _mm_cmpeq_epi8(bytes, byte(b' '));
+        let controls = in_range(bytes, b'\t', 5);
+        let newline = _mm_or_si128(_mm_cmpeq_epi8(bytes, byte(b'\n')), _mm_cmpeq_epi8(bytes, byte(b'\r')));
+        let non_ascii = mask(bytes);
+        bits.0[LETTER as usize] |= mask(letter);
+        bits.0[NUMBER as usize] |= mask(number);
+        bits.0[SPACE as usize] |= mask(space);
+        bits.0[newline_kind as usize] |= mask(newline);
+        bits.0[BREAK as usize] |= mask(_mm_andnot_si128(newline, controls));
+        bits.0[STOP as usize] |= non_ascii;
+        let classified = _mm_or_si128(_mm_or_si128(letter, number), _mm_or_si128(space, controls));
+        bits.0[OTHER as usize] |= !(mask(classified) | non_ascii) & 0xFFFF << at;
     }
+    bits
 }
 
-fn cl100k_starts(before: u8, previous: u8, current: u8, next: u8) -> u8 {
-    let starts = match current {
-        // After a space, a tab, or an other character that starts its match, a
-        // letter run belongs to that match; a run of others or a space before took it.
-        LETTER => match previous {
-            LETTER | SPACE | BREAK => false,
-            OTHER => before == OTHER || before == SPACE,
-            _ => true,
-        },
-        NUMBER => previous != NUMBER,
-        OTHER => previous != OTHER && previous != SPACE,
-        NEWLINE => previous == LETTER || previous == NUMBER,
-        SPACE | BREAK => match previous {
-            LETTER | NUMBER | OTHER => true,
-            SPACE | BREAK => in_run(next),
-            // After a line break: a start unless a later line break in the run
-            // belongs to the same match.
-            NEWLINE => match (next, before) {
-                (END, _) => true,
-                (next, _) if in_run(next) => true,
-                // Taken by the run of others before, which ends at it.
-                (NEWLINE, OTHER) => true,
-                (NEWLINE, LETTER | NUMBER | SPACE | BREAK) => false,
-                _ => return LOOK_AROUND,
+#[cfg(not(target_arch = "x86_64"))]
+fn classify_sse2(_block: &[u8; BLOCK], _newline_kind: u8) -> Option<KindBits> {
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Letters, numbers and other characters make runs.
+    fn in_run(kind: u8) -> bool {
+        kind <= OTHER
+    }
+
+    /// The module doc's rules for GPT-2, one byte at a time: whether a match starts
+    /// at a byte of kind `current`.
+    fn gpt2_starts(previous: u8, current: u8, next: u8) -> u8 {
+        let whitespace = |kind: u8| kind == SPACE || kind == BREAK;
+        let starts = if in_run(current) {
+            (in_run(previous) && previous != current) || previous == BREAK
+        } else if whitespace(current) {
+            in_run(previous) || (whitespace(previous) && in_run(next))
+        } else {
+            false
+        };
+        if starts { 1 } else { 0 }
+    }
+
+    /// The same for cl100k: 2 where `look_around` decides.
+    fn cl100k_starts(before: u8, previous: u8, current: u8, next: u8) -> u8 {
+        let starts = match current {
+            LETTER => match previous {
+                LETTER | SPACE | BREAK => false,
+                OTHER => before == OTHER || before == SPACE,
+                _ => true,
+            },
+            NUMBER => previous != NUMBER,
+            OTHER => previous != OTHER && previous != SPACE,
+            NEWLINE => previous == LETTER || previous == NUMBER,
+            SPACE | BREAK => match previous {
+                LETTER | NUMBER | OTHER => true,
+                SPACE | BREAK => in_run(next),
+                NEWLINE => match (next, before) {
+                    (END, _) => true,
+                    (next, _) if in_run(next) => true,
+                    (NEWLINE, OTHER) => true,
+                    (NEWLINE, LETTER | NUMBER | SPACE | BREAK) => false,
+                    _ => return 2,
+                },
+                _ => false,
             },
             _ => false,
-        },
-        _ => false,
-    };
-    verdict(starts)
+        };
+        if starts { 1 } else { 0 }
+    }
+
+    /// The verdict on the first byte of a block, the bytes around it of the given kinds.
+    fn verdict_of(windows: &AsciiWindows, before: u8, previous: u8, current: u8, next: u8) -> u8 {
+        let mut before_block = KindBits::default();
+        before_block.0[before as usize] |= 1 << 62;
+        before_block.0[previous as usize] |= 1 << 63;
+        let mut block = KindBits::default();
+        block.0[current as usize] |= 1;
+        block.0[next as usize] |= 2;
+        block.0[END as usize] |= !3;
+        let verdicts = windows.verdicts(&before_block, &block, &KindBits([0, 0, 0, 0, 0, 0, u64::MAX, 0]));
+        match (verdicts.undecided & 1, verdicts.look_around & 1, verdicts.starts & 1) {
+            (1, _, _) => 3,
+            (_, 1, _) => 2,
+            (_, _, starts) => starts as u8,
+        }
+    }
+
+    fn ascii() -> [AsciiClass; 128] {
+        std::array::from_fn(|byte| match byte as u8 {
+            b'a'..=b'z' | b'A'..=b'Z' => AsciiClass::Letter,
+            b'0'..=b'9' => AsciiClass::Number,
+            b'\t'..=b'\r' | b' ' => AsciiClass::Whitespace,
+            _ => AsciiClass::Other,
+        })
+    }
+
+    #[test]
+    fn the_bits_of_a_block_give_the_verdicts_of_the_rules_for_every_window() {
+        let (gpt2, cl100k) = (AsciiWindows::gpt2(&ascii()), AsciiWindows::cl100k(&ascii(), 3));
+        // A byte past the end is never looked at, nor one before a block's start but
+        // two back, which is at least the letter put before the first match.
+        let kinds = || [LETTER, NUMBER, OTHER, SPACE, BREAK, NEWLINE, STOP].into_iter();
+        for before in kinds() {
+            for previous in kinds() {
+                for current in kinds() {
+                    for next in kinds().chain([END]) {
+                        let undecided = [previous, current, next].contains(&STOP);
+                        let window = (before, previous, current, next);
+                        let expected = if undecided { 3 } else { cl100k_starts(before, previous, current, next) };
+                        assert_eq!(verdict_of(&cl100k, before, previous, current, next), expected, "{window:?}");
+                        if [before, previous, current, next].contains(&NEWLINE) {
+                            continue;
+                        }
+                        let expected = if undecided { 3 } else { gpt2_starts(previous, current, next) };
+                        assert_eq!(verdict_of(&gpt2, before, previous, current, next), expected, "{window:?}");
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn blocks_are_read_sixteen_bytes_at_a_time_where_the_cpu_can() {
+        for windows in [AsciiWindows::gpt2(&ascii()), AsciiWindows::cl100k(&ascii(), 1)] {
+            assert_eq!(windows.sse2, cfg!(target_arch = "x86_64"));
+        }
+        // Classes other than Unicode's (`_` a letter) are read a byte at a time.
+        let mut unusual = ascii();
+        unusual[usize::from(b'_')] = AsciiClass::Letter;
+        assert!(!AsciiWindows::gpt2(&unusual).sse2);
+    }
+
+    #[test]
+    fn a_block_past_the_end_of_the_text_is_end() {
+        let windows = AsciiWindows::cl100k(&ascii(), 3);
+        let text = b"ab 1\n\xc3\xa9";
+        let bits = windows.classify(text, 1);
+        let expected = [(LETTER, 0b1), (SPACE, 0b10), (NUMBER, 0b100), (NEWLINE, 0b1000), (STOP, 0b11_0000)];
+        for (kind, bits_of_kind) in expected {
+            assert_eq!(bits.of(kind), bits_of_kind, "kind {kind}");
+        }
+        assert_eq!(bits.of(END), u64::MAX << 6);
+        assert_eq!(windows.classify(text, 70).of(END), u64::MAX);
+    }
 }

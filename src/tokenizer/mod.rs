@@ -7,8 +7,8 @@
 //!   exactly is an `Unsupported` reason, and the family keeps `tokenizers`);
 //! - a split pattern that deserves a scanner goes in `patterns` and `scanner`, with
 //!   its pattern added to the scanner's property tests against `fancy-regex`; where
-//!   a match's start depends only on a few bytes around it in ASCII text, a table
-//!   in `ascii_windows` finds the starts without a branch per byte;
+//!   a match's start depends only on a few bytes around it in ASCII text, its rules
+//!   as bit operations in `ascii_windows` find the starts of 64 bytes at once;
 //! - a new way of turning text into pieces is a `Split` of `fast::FastEncoder`, and
 //!   a new manifest name for it an `EncoderKind` in `kind` (`cache` and `prepare`
 //!   only ask `is_fast`);

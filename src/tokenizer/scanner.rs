@@ -94,7 +94,7 @@ pub struct Scanner {
     /// For case-insensitive contractions: each character `(?i)` lets stand for one
     /// of the contractions' ASCII letters (`ſ` for `s`, for one).
     folds: Vec<(char, char)>,
-    /// GPT-2's and cl100k's matches in ASCII text, by table.
+    /// GPT-2's and cl100k's matches in ASCII text, 64 bytes at a time.
     ascii_windows: Option<AsciiWindows>,
 }
 
