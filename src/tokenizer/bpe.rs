@@ -209,12 +209,18 @@ impl InlineIds {
         &self.ids[..self.len as usize]
     }
 
-    /// Appends the ids to `out` one by one: for so few, a call to `memcpy` (what
-    /// `extend_from_slice` makes) costs more than the copy.
+    /// Appends the ids to `out` by copying all `INLINE_IDS` slots and counting in
+    /// as many as there are: a copy of as many as there are would branch on the
+    /// count (or call `memcpy`), and mispredict it for one piece in three.
     fn push_to(&self, out: &mut Vec<u32>) {
-        for &id in self.ids() {
-            out.push(id);
+        out.reserve(INLINE_IDS);
+        let spare = &mut out.spare_capacity_mut()[..INLINE_IDS];
+        for (slot, &id) in spare.iter_mut().zip(&self.ids) {
+            slot.write(id);
         }
+        let count = (self.len as usize).min(INLINE_IDS);
+        // SAFETY: the first `INLINE_IDS` spare slots were just written.
+        unsafe { out.set_len(out.len() + count) };
     }
 }
 
@@ -242,6 +248,40 @@ fn inline_key(piece: &[u8]) -> Option<u128> {
     };
     Some(bytes | (len as u128) << 120)
 }
+
+/// `inline_key` of `text[start..end]`, read with one 16-byte load of the text
+/// where the text goes on that far, and its bytes past `end` masked off.
+fn inline_key_in(text: &[u8], start: usize, end: usize) -> Option<u128> {
+    let len = end - start;
+    if len > INLINE_PIECE_MAX {
+        return None;
+    }
+    match text.get(start..start + 16) {
+        Some(window) => {
+            let half = |at: usize| u64::from_le_bytes(window[at..at + 8].try_into().unwrap_or_default());
+            let (low_mask, high_mask) = KEY_MASKS[len];
+            let high = half(8) & high_mask | (len as u64) << 56;
+            Some(u128::from(half(0) & low_mask) | u128::from(high) << 64)
+        }
+        None => inline_key(&text[start..end]),
+    }
+}
+
+/// For each length of an inline piece, the masks of its bytes in the two halves
+/// of a 16-byte load: a table, since a shift by the length would need a branch
+/// on which half it falls in.
+const KEY_MASKS: [(u64, u64); INLINE_PIECE_MAX + 1] = {
+    const fn first_bytes(count: usize) -> u64 {
+        if count >= 8 { u64::MAX } else { (1 << (count * 8)) - 1 }
+    }
+    let mut masks = [(0, 0); INLINE_PIECE_MAX + 1];
+    let mut len = 1;
+    while len <= INLINE_PIECE_MAX {
+        masks[len] = (first_bytes(len), first_bytes(len.saturating_sub(8)));
+        len += 1;
+    }
+    masks
+};
 
 impl Generation {
     fn get(&self, piece: &[u8], key: CacheKey) -> Option<&[u32]> {
@@ -310,12 +350,9 @@ fn hash_of(piece: &[u8]) -> u64 {
 }
 
 impl PieceCache {
-    /// Appends the cached ids of `piece` to `out`, if it is cached.
+    /// Appends the cached ids of `piece` to `out`, if a generation has them (the
+    /// table of recent pieces was asked before, see `Pieces::encode_in`).
     fn extend_with(&mut self, piece: &[u8], key: CacheKey, out: &mut Vec<u32>) -> bool {
-        if let Some(ids) = key.inline().and_then(|key| self.recent.get(key)) {
-            ids.push_to(out);
-            return true;
-        }
         if let Some(ids) = self.current.get(piece, key) {
             if let Some((key, ids)) = key.inline().zip(InlineIds::new(ids)) {
                 self.recent.insert(key, ids);
@@ -354,16 +391,40 @@ pub struct Pieces<'a> {
 impl Pieces<'_> {
     /// Appends the ids of one pre-token to `out`.
     pub fn encode(&mut self, piece: &[u8], out: &mut Vec<u32>) {
+        self.encode_in(piece, 0, piece.len(), out);
+    }
+
+    /// Appends the ids of the pre-token `text[start..end]` to `out`. Inlined into
+    /// the pre-tokenizer's loop for a short piece seen lately, with no branch on
+    /// its length: its key is one load of the text, and its ids are copied whole.
+    #[inline(always)]
+    pub fn encode_in(&mut self, text: &[u8], start: usize, end: usize, out: &mut Vec<u32>) {
+        match inline_key_in(text, start, end).and_then(|key| self.cache.recent.get(key)) {
+            Some(ids) => ids.push_to(out),
+            None => self.encode_uncommon(&text[start..end], out),
+        }
+    }
+
+    /// A piece not among the recent ones: out of line, so that the common case stays
+    /// small where it is inlined.
+    #[inline(never)]
+    fn encode_uncommon(&mut self, piece: &[u8], out: &mut Vec<u32>) {
         let merger = self.merger;
+        let cache = &mut *self.cache;
         match piece {
             [] => return,
             [byte] => {
-                out.push(merger.alphabet.single_byte(*byte));
+                // Into the table of recent pieces only: the next time it is one lookup
+                // there, like any other piece, rather than a branch on its length.
+                let id = merger.alphabet.single_byte(*byte);
+                out.push(id);
+                if let Some((key, ids)) = inline_key(piece).zip(InlineIds::new(&[id])) {
+                    cache.recent.insert(key, ids);
+                }
                 return;
             }
             _ => {}
         }
-        let cache = &mut *self.cache;
         let key = (piece.len() <= CACHED_PIECE_MAX).then(|| CacheKey::of(piece));
         if let Some(key) = key
             && cache.extend_with(piece, key, out)
@@ -587,6 +648,17 @@ mod tests {
             assert_eq!(inline_key(&text[..len]), Some(u128::from_le_bytes(bytes)), "{len} bytes");
         }
         assert_eq!(inline_key(&text[..INLINE_PIECE_MAX + 1]), None);
+    }
+
+    #[test]
+    fn a_key_read_from_the_text_is_the_key_of_the_piece() {
+        let text = b"a text of thirty-two bytes or so";
+        for start in 0..text.len() {
+            for end in start..=text.len() {
+                let piece = &text[start..end];
+                assert_eq!(inline_key_in(text, start, end), inline_key(piece), "{start}..{end}");
+            }
+        }
     }
 
     #[test]

@@ -107,7 +107,7 @@ impl FastEncoder {
             (Part::Token(id), _) => ids.push(id),
             (Part::Text(text), Split::Regex(pre_tokenizer)) => {
                 pre_tokenizer.for_each_piece(text, &mut spans, |start, end| {
-                    pieces.encode(&text.as_bytes()[start..end], &mut ids);
+                    pieces.encode_in(text.as_bytes(), start, end, &mut ids);
                 })
             }
             (Part::Text(text), Split::Metaspace { prepend, joinable }) => {
