@@ -87,7 +87,7 @@ pub struct BytePairMerger {
     alphabet: Alphabet,
     merges: FxHashMap<(u32, u32), Merge>,
     /// With `ignore_merges`, a pre-token that is itself in the vocabulary is that token.
-    whole_tokens: Option<FxHashMap<Vec<u8>, u32>>,
+    whole_tokens: Option<WholeTokens>,
     /// Ranks in the merge list.
     ranks: usize,
     /// Whether long pieces can merge rank by rank (see `by_rank`).
@@ -164,6 +164,34 @@ impl RecentPieces {
 
     fn insert(&mut self, key: u128, ids: InlineIds) {
         self.slots[Self::slot(key)] = RecentSlot { key, ids };
+    }
+}
+
+/// The vocabulary by bytes, for `ignore_merges`: a short token by its inline key,
+/// so that finding it compares no bytes behind a pointer (a cache miss for a piece
+/// not seen before, as most looked up here are).
+struct WholeTokens {
+    short: FxHashMap<u128, u32>,
+    long: FxHashMap<Vec<u8>, u32>,
+}
+
+impl WholeTokens {
+    fn new(tokens: FxHashMap<Vec<u8>, u32>) -> WholeTokens {
+        let (mut short, mut long) = (FxHashMap::default(), FxHashMap::default());
+        for (bytes, id) in tokens {
+            match inline_key(&bytes) {
+                Some(key) => short.insert(key, id),
+                None => long.insert(bytes, id),
+            };
+        }
+        WholeTokens { short, long }
+    }
+
+    fn get(&self, piece: &[u8]) -> Option<u32> {
+        match inline_key(piece) {
+            Some(key) => self.short.get(&key).copied(),
+            None => self.long.get(piece).copied(),
+        }
     }
 }
 
@@ -433,7 +461,7 @@ impl Pieces<'_> {
         }
         let start = out.len();
         match merger.whole_tokens.as_ref().and_then(|tokens| tokens.get(piece)) {
-            Some(&id) => out.push(id),
+            Some(id) => out.push(id),
             None if piece.len() <= SHORT_PIECE_MAX => merger.merge_short(piece, out),
             None => merger.merge(piece, &mut cache.merging, out),
         }
@@ -451,6 +479,7 @@ impl BytePairMerger {
     ) -> BytePairMerger {
         let ranks = merges.values().map(|merge| merge.rank as usize + 1).max().unwrap_or(0);
         let rank_ordered = by_rank::rank_ordered(&merges);
+        let whole_tokens = whole_tokens.map(WholeTokens::new);
         BytePairMerger { alphabet, merges, whole_tokens, ranks, rank_ordered, caches: ThreadLocal::new() }
     }
 
