@@ -691,6 +691,16 @@ mod tests {
     }
 
     #[test]
+    fn whole_tokens_are_found_by_their_bytes_short_or_long() {
+        let long = b"a token longer than fifteen bytes".to_vec();
+        let tokens = WholeTokens::new([(b"ab".to_vec(), 1), (long.clone(), 2)].into_iter().collect());
+        assert_eq!(tokens.get(b"ab"), Some(1));
+        assert_eq!(tokens.get(&long), Some(2));
+        assert_eq!(tokens.get(b"ab\0"), None);
+        assert_eq!(tokens.get(&long[1..]), None);
+    }
+
+    #[test]
     fn cached_ids_come_back_exactly_short_or_long() {
         let mut cache = PieceCache::default();
         let long = b"a piece longer than fifteen bytes";
