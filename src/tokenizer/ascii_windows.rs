@@ -1,7 +1,7 @@
-//! The split patterns of GPT-2 and cl100k (Llama-3, Qwen2) on ASCII text, 64 bytes
-//! at a time: whether a match starts at a byte depends only on the kinds of the two
-//! bytes before it, itself and the next, once contractions and cl100k's groups of
-//! digits are set aside. So a block's bytes are sorted into kinds, one bit per byte
+//! The split patterns of GPT-2, cl100k (Llama-3, Qwen2) and o200k (GPT-4o) on ASCII
+//! text, 64 bytes at a time: whether a match starts at a byte depends only on the
+//! kinds of the two bytes before it, itself and the next, once contractions and
+//! groups of digits are set aside. So a block's bytes are sorted into kinds, one bit per byte
 //! in a `u64` per kind (by SSE2 on x86-64, 16 bytes per instruction), the rules
 //! below are operations on those bits, shifted one or two bytes to see the
 //! neighbours, and the matches are read off the bits of the starts. No branch
@@ -31,20 +31,33 @@
 //!   tell, and `look_around` reads the whitespace run (indentation after a line
 //!   break is the common case).
 //!
-//! A contraction's apostrophe starts a match where a run of other characters
-//! would, and the match ends after its letters; a run of digits starts a match
-//! every `digits` digits for cl100k. Both are applied as the matches are given.
+//! o200k (`[^\r\n\p{L}\p{N}]?[\p{Lu}...]*[\p{Ll}...]+(?i:'s|...|'d)?|...|\p{N}{1,3}|
+//! ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+`) reads as cl100k, but:
+//! - a word is capitals then small letters, so a capital after a small letter
+//!   starts a match;
+//! - contractions end words instead of starting matches, so an apostrophe after a
+//!   letter is left to the general path;
+//! - a run of others takes slashes among the line breaks after it, so a slash after
+//!   a line break is left to the general path too.
+//!
+//! For GPT-2 and cl100k, a contraction's apostrophe starts a match where a run of
+//! other characters would, and the match ends after its letters; a run of digits
+//! starts a match every `digits` digits for cl100k and o200k. Both are applied as
+//! the matches are given.
 
 /// What the scanner's tables say an ASCII character is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AsciiClass {
     Letter,
+    /// o200k's letters by case.
+    UpperLetter,
+    LowerLetter,
     Number,
     Whitespace,
     Other,
 }
 
-/// A byte's kind, an index into `KindBits`.
+/// A byte's kind, an index into `KindBits`. For o200k, `LETTER` is a small letter.
 const LETTER: u8 = 0;
 const NUMBER: u8 = 1;
 const OTHER: u8 = 2;
@@ -57,19 +70,30 @@ const NEWLINE: u8 = 5;
 const END: u8 = 6;
 /// Non-ASCII: the general path goes on.
 const STOP: u8 = 7;
-const KINDS: usize = 8;
+/// o200k's capitals.
+const UPPER: u8 = 8;
+const KINDS: usize = 9;
 
 /// Bytes read at a time: one bit each in a `u64`.
 const BLOCK: usize = 64;
 
-/// A block of bytes by kind: bit `i` of `self.0[kind]` is set when the block's
-/// byte `i` is of that kind.
+/// A block of bytes by kind: bit `i` of `kinds[kind]` is set when the block's
+/// byte `i` is of that kind; `slashes` and `apostrophes` single out two other
+/// characters that o200k treats apart.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-struct KindBits([u64; KINDS]);
+struct KindBits {
+    kinds: [u64; KINDS],
+    slashes: u64,
+    apostrophes: u64,
+}
 
 impl KindBits {
     fn of(&self, kind: u8) -> u64 {
-        self.0[kind as usize]
+        self.kinds[kind as usize]
+    }
+
+    fn add(&mut self, kind: u8, bits: u64) {
+        self.kinds[kind as usize] |= bits;
     }
 }
 
@@ -83,10 +107,11 @@ struct Verdicts {
     undecided: u64,
 }
 
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, PartialEq, Eq)]
 enum Family {
     Gpt2,
     Cl100k { digits: usize },
+    O200k,
 }
 
 pub struct AsciiWindows {
@@ -118,15 +143,22 @@ impl AsciiWindows {
         AsciiWindows::new(Family::Cl100k { digits }, ascii)
     }
 
+    /// The table for o200k's pattern, with letters by case.
+    pub fn o200k(ascii: &[AsciiClass; 128]) -> AsciiWindows {
+        AsciiWindows::new(Family::O200k, ascii)
+    }
+
     fn new(family: Family, ascii: &[AsciiClass; 128]) -> AsciiWindows {
         let mut kinds = [STOP; 256];
         for (byte, class) in ascii.iter().enumerate() {
             kinds[byte] = match (class, family) {
-                (AsciiClass::Letter, _) => LETTER,
+                (AsciiClass::Letter | AsciiClass::LowerLetter, _) => LETTER,
+                (AsciiClass::UpperLetter, _) => UPPER,
                 (AsciiClass::Number, _) => NUMBER,
                 (AsciiClass::Other, _) => OTHER,
                 (AsciiClass::Whitespace, _) if byte == usize::from(b' ') => SPACE,
-                (AsciiClass::Whitespace, Family::Cl100k { .. }) if matches!(byte as u8, b'\r' | b'\n') => NEWLINE,
+                (AsciiClass::Whitespace, Family::Gpt2) => BREAK,
+                (AsciiClass::Whitespace, _) if matches!(byte as u8, b'\r' | b'\n') => NEWLINE,
                 (AsciiClass::Whitespace, _) => BREAK,
             };
         }
@@ -141,22 +173,24 @@ impl AsciiWindows {
         let every_byte: Vec<u8> = (0..=u8::MAX).collect();
         every_byte.chunks_exact(BLOCK).all(|block| {
             let block = block.try_into().unwrap_or([0; BLOCK]);
-            classify_sse2(&block, self.newline_kind()) == Some(self.classify_scalar(&block))
+            classify_sse2(&block, self.kinds_apart()) == Some(self.classify_scalar(&block))
         })
     }
 
-    /// The kind of `\r` and `\n`: only cl100k's pattern treats them apart.
-    fn newline_kind(&self) -> u8 {
-        match self.family {
-            Family::Gpt2 => BREAK,
-            Family::Cl100k { .. } => NEWLINE,
-        }
+    /// The kinds of `\r` and `\n` (GPT-2 has no line breaks apart) and of capitals
+    /// (only o200k has them apart).
+    fn kinds_apart(&self) -> KindsApart {
+        let newline = if self.family == Family::Gpt2 { BREAK } else { NEWLINE };
+        let upper = if self.family == Family::O200k { UPPER } else { LETTER };
+        KindsApart { newline, upper }
     }
 
     fn classify_scalar(&self, block: &[u8; BLOCK]) -> KindBits {
         let mut bits = KindBits::default();
         for (at, &byte) in block.iter().enumerate() {
-            bits.0[self.kinds[byte as usize] as usize] |= 1 << at;
+            bits.add(self.kinds[byte as usize], 1 << at);
+            bits.slashes |= u64::from(byte == b'/') << at;
+            bits.apostrophes |= u64::from(byte == b'\'') << at;
         }
         bits
     }
@@ -172,13 +206,13 @@ impl AsciiWindows {
         let mut bits = self.classify_block(block);
         // Shorter than a block, so the shift is less than 64.
         let inside = !(u64::MAX << tail.len());
-        bits.0.iter_mut().for_each(|kind| *kind &= inside);
-        bits.0[END as usize] = !inside;
+        bits.kinds.iter_mut().for_each(|kind| *kind &= inside);
+        bits.kinds[END as usize] = !inside;
         bits
     }
 
     fn classify_block(&self, block: [u8; BLOCK]) -> KindBits {
-        match self.sse2.then(|| classify_sse2(&block, self.newline_kind())).flatten() {
+        match self.sse2.then(|| classify_sse2(&block, self.kinds_apart())).flatten() {
             Some(bits) => bits,
             None => self.classify_scalar(&block),
         }
@@ -201,8 +235,11 @@ impl AsciiWindows {
         }
         let digits = match self.family {
             Family::Cl100k { digits } => digits,
+            Family::O200k => 3,
             Family::Gpt2 => usize::MAX,
         };
+        // o200k's contractions end words; the others' start matches.
+        let contractions_start = self.family != Family::O200k;
         let mut start = at;
         // Gives the matches from `start` up to `next`, the next start the table
         // found: normally one match; a contraction ends where it ends, and a run of
@@ -210,7 +247,7 @@ impl AsciiWindows {
         let mut match_up_to = |start: &mut usize, next: usize| {
             while *start < next {
                 let end = match bytes[*start] {
-                    b'\'' => contraction_end(*start + 1).unwrap_or(next),
+                    b'\'' if contractions_start => contraction_end(*start + 1).unwrap_or(next),
                     b'0'..=b'9' => next.min(start.saturating_add(digits)),
                     _ => next,
                 };
@@ -221,8 +258,8 @@ impl AsciiWindows {
         // The blocks start after `at`. Before them, `at` itself, and before it as if
         // a letter: for cl100k, an other character after a letter starts a match too.
         let mut before_block = KindBits::default();
-        before_block.0[kind(at) as usize] |= 1 << 63;
-        before_block.0[LETTER as usize] |= 1 << 62;
+        before_block.add(kind(at), 1 << 63);
+        before_block.add(LETTER, 1 << 62);
         let mut block = at + 1;
         let mut block_bits = self.classify(bytes, block);
         while block < bytes.len() {
@@ -269,32 +306,41 @@ impl AsciiWindows {
         let back = |kind: u8| block.of(kind) << 1 | before_block.of(kind) >> 63;
         let here = |kind: u8| block.of(kind);
         let ahead = |kind: u8| block.of(kind) >> 1 | after_block.of(kind) << 63;
-        let run = |bits: &dyn Fn(u8) -> u64| bits(LETTER) | bits(NUMBER) | bits(OTHER);
+        let letter = |bits: &dyn Fn(u8) -> u64| bits(LETTER) | bits(UPPER);
+        let run = |bits: &dyn Fn(u8) -> u64| letter(bits) | bits(NUMBER) | bits(OTHER);
         let blank = |bits: &dyn Fn(u8) -> u64| bits(SPACE) | bits(BREAK);
-        let (starts, look_around) = match self.family {
+        let (starts, look_around, unreadable) = match self.family {
             Family::Gpt2 => {
                 let same_run = here(LETTER) & back(LETTER) | here(NUMBER) & back(NUMBER) | here(OTHER) & back(OTHER);
                 let runs = run(&here) & (run(&back) & !same_run | back(BREAK));
                 let blanks = blank(&here) & (run(&back) | blank(&back) & run(&ahead));
-                (runs | blanks, 0)
+                (runs | blanks, 0, 0)
             }
-            Family::Cl100k { .. } => {
+            Family::Cl100k { .. } | Family::O200k => {
                 let other_taken = two_back(OTHER) | two_back(SPACE);
-                let letters = here(LETTER) & !(back(LETTER) | blank(&back)) & (!back(OTHER) | other_taken);
+                let mut letters = letter(&here) & !(letter(&back) | blank(&back)) & (!back(OTHER) | other_taken);
                 let numbers = here(NUMBER) & !back(NUMBER);
                 let others = here(OTHER) & !(back(OTHER) | back(SPACE));
-                let newlines = here(NEWLINE) & (back(LETTER) | back(NUMBER));
+                let newlines = here(NEWLINE) & (letter(&back) | back(NUMBER));
                 let after_newline = blank(&here) & back(NEWLINE);
                 let decided_after_newline = ahead(END) | run(&ahead) | ahead(NEWLINE) & two_back(OTHER);
                 let no_start_after_newline = ahead(NEWLINE) & (run(&two_back) & !two_back(OTHER) | blank(&two_back));
                 let blanks =
                     blank(&here) & (run(&back) | blank(&back) & run(&ahead)) | after_newline & decided_after_newline;
                 let look_around = after_newline & !decided_after_newline & !no_start_after_newline;
-                (letters | numbers | others | newlines | blanks, look_around)
+                let mut unreadable = 0;
+                if self.family == Family::O200k {
+                    // A capital after a small letter starts a word.
+                    letters |= here(UPPER) & back(LETTER);
+                    // An apostrophe after a letter may end the word as a contraction,
+                    // and a slash after a line break may end a run of others before it.
+                    unreadable = block.apostrophes & letter(&back) | block.slashes & back(NEWLINE);
+                }
+                (letters | numbers | others | newlines | blanks, look_around, unreadable)
             }
         };
         let inside = !block.of(END);
-        let undecided = (here(STOP) | back(STOP) | ahead(STOP)) & inside;
+        let undecided = (here(STOP) | back(STOP) | ahead(STOP) | unreadable) & inside;
         Verdicts { starts: starts & inside & !undecided, look_around: look_around & inside & !undecided, undecided }
     }
 
@@ -322,6 +368,13 @@ impl AsciiWindows {
     }
 }
 
+/// The kinds a family gives line breaks and capitals.
+#[derive(Clone, Copy)]
+struct KindsApart {
+    newline: u8,
+    upper: u8,
+}
+
 /// The bits below `bits`' lowest set bit; all of them when none is set.
 fn below_lowest(bits: u64) -> u64 {
     bits.wrapping_sub(1) & !bits
@@ -331,14 +384,14 @@ fn below_lowest(bits: u64) -> u64 {
 /// for ASCII's Unicode classes (letters `A-Za-z`, numbers `0-9`, whitespace
 /// `\t\n\x0B\x0C\r` and the space); `None` on other CPUs.
 #[cfg(target_arch = "x86_64")]
-fn classify_sse2(block: &[u8; BLOCK], newline_kind: u8) -> Option<KindBits> {
+fn classify_sse2(block: &[u8; BLOCK], apart: KindsApart) -> Option<KindBits> {
     // SAFETY: SSE2 is part of x86-64, so every CPU this runs on has it.
-    Some(unsafe { classify_with_sse2(block, newline_kind) })
+    Some(unsafe { classify_with_sse2(block, apart) })
 }
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "sse2")]
-fn classify_with_sse2(block: &[u8; BLOCK], newline_kind: u8) -> KindBits {
+fn classify_with_sse2(block: &[u8; BLOCK], apart: KindsApart) -> KindBits {
     use std::arch::x86_64::*;
     let mut bits = KindBits::default();
     for (chunk, at) in block.chunks_exact(16).zip((0..BLOCK).step_by(16)) {
@@ -352,27 +405,30 @@ fn classify_with_sse2(block: &[u8; BLOCK], newline_kind: u8) -> KindBits {
             _mm_cmpeq_epi8(_mm_min_epu8(offset, byte(count - 1)), offset)
         };
         let mask = |lanes: __m128i| u64::from(_mm_movemask_epi8(lanes) as u16) << at;
-        // Setting bit 5 makes capitals small letters and takes no other byte into `a-z`.
-        let letter = in_range(_mm_or_si128(bytes, byte(0x20)), b'a', 26);
+        let (upper, lower) = (in_range(bytes, b'A', 26), in_range(bytes, b'a', 26));
+        let letter = _mm_or_si128(upper, lower);
         let number = in_range(bytes, b'0', 10);
         let space = _mm_cmpeq_epi8(bytes, byte(b' '));
         let controls = in_range(bytes, b'\t', 5);
         let newline = _mm_or_si128(_mm_cmpeq_epi8(bytes, byte(b'\n')), _mm_cmpeq_epi8(bytes, byte(b'\r')));
         let non_ascii = mask(bytes);
-        bits.0[LETTER as usize] |= mask(letter);
-        bits.0[NUMBER as usize] |= mask(number);
-        bits.0[SPACE as usize] |= mask(space);
-        bits.0[newline_kind as usize] |= mask(newline);
-        bits.0[BREAK as usize] |= mask(_mm_andnot_si128(newline, controls));
-        bits.0[STOP as usize] |= non_ascii;
+        bits.add(LETTER, mask(lower));
+        bits.add(apart.upper, mask(upper));
+        bits.add(NUMBER, mask(number));
+        bits.add(SPACE, mask(space));
+        bits.add(apart.newline, mask(newline));
+        bits.add(BREAK, mask(_mm_andnot_si128(newline, controls)));
+        bits.add(STOP, non_ascii);
         let classified = _mm_or_si128(_mm_or_si128(letter, number), _mm_or_si128(space, controls));
-        bits.0[OTHER as usize] |= !(mask(classified) | non_ascii) & 0xFFFF << at;
+        bits.add(OTHER, !(mask(classified) | non_ascii) & 0xFFFF << at);
+        bits.slashes |= mask(_mm_cmpeq_epi8(bytes, byte(b'/')));
+        bits.apostrophes |= mask(_mm_cmpeq_epi8(bytes, byte(b'\'')));
     }
     bits
 }
 
 #[cfg(not(target_arch = "x86_64"))]
-fn classify_sse2(_block: &[u8; BLOCK], _newline_kind: u8) -> Option<KindBits> {
+fn classify_sse2(_block: &[u8; BLOCK], _apart: KindsApart) -> Option<KindBits> {
     None
 }
 
@@ -427,16 +483,69 @@ mod tests {
         if starts { 1 } else { 0 }
     }
 
+    /// Other characters that o200k treats apart, as kinds of their own here.
+    const SLASH: u8 = 20;
+    const APOSTROPHE: u8 = 21;
+
+    /// The same for o200k, with letters by case (`LETTER` small).
+    fn o200k_starts(before: u8, previous: u8, current: u8, next: u8) -> u8 {
+        let letter = |kind: u8| kind == LETTER || kind == UPPER;
+        let other = |kind: u8| matches!(kind, OTHER | SLASH | APOSTROPHE);
+        let run = |kind: u8| letter(kind) || kind == NUMBER || other(kind);
+        if (current == APOSTROPHE && letter(previous)) || (current == SLASH && previous == NEWLINE) {
+            return 3;
+        }
+        let starts = match current {
+            current if letter(current) => match previous {
+                previous if letter(previous) => current == UPPER && previous == LETTER,
+                SPACE | BREAK => false,
+                previous if other(previous) => other(before) || before == SPACE,
+                _ => true,
+            },
+            NUMBER => previous != NUMBER,
+            current if other(current) => !(other(previous) || previous == SPACE),
+            NEWLINE => letter(previous) || previous == NUMBER,
+            SPACE | BREAK => match previous {
+                previous if run(previous) => true,
+                SPACE | BREAK => run(next),
+                NEWLINE => match (next, before) {
+                    (END, _) => true,
+                    (next, _) if run(next) => true,
+                    (NEWLINE, before) if other(before) => true,
+                    (NEWLINE, before) if run(before) || before == SPACE || before == BREAK => false,
+                    _ => return 2,
+                },
+                _ => false,
+            },
+            _ => false,
+        };
+        if starts { 1 } else { 0 }
+    }
+
     /// The verdict on the first byte of a block, the bytes around it of the given kinds.
     fn verdict_of(windows: &AsciiWindows, before: u8, previous: u8, current: u8, next: u8) -> u8 {
+        // Kinds of their own here are others in the bits, and singled out.
+        let add = |bits: &mut KindBits, kind: u8, bit: u64| match kind {
+            SLASH => {
+                bits.add(OTHER, bit);
+                bits.slashes |= bit;
+            }
+            APOSTROPHE => {
+                bits.add(OTHER, bit);
+                bits.apostrophes |= bit;
+            }
+            kind => bits.add(kind, bit),
+        };
         let mut before_block = KindBits::default();
-        before_block.0[before as usize] |= 1 << 62;
-        before_block.0[previous as usize] |= 1 << 63;
+        add(&mut before_block, before, 1 << 62);
+        add(&mut before_block, previous, 1 << 63);
         let mut block = KindBits::default();
-        block.0[current as usize] |= 1;
-        block.0[next as usize] |= 2;
-        block.0[END as usize] |= !3;
-        let verdicts = windows.verdicts(&before_block, &block, &KindBits([0, 0, 0, 0, 0, 0, u64::MAX, 0]));
+        add(&mut block, current, 1);
+        add(&mut block, next, 2);
+        block.add(END, !3);
+        let mut after_block = KindBits::default();
+        after_block.add(END, u64::MAX);
+        let verdicts = windows.verdicts(&before_block, &block, &after_block);
         match (verdicts.undecided & 1, verdicts.look_around & 1, verdicts.starts & 1) {
             (1, _, _) => 3,
             (_, 1, _) => 2,
@@ -453,25 +562,27 @@ mod tests {
         })
     }
 
-    #[test]
-    fn the_bits_of_a_block_give_the_verdicts_of_the_rules_for_every_window() {
-        let (gpt2, cl100k) = (AsciiWindows::gpt2(&ascii()), AsciiWindows::cl100k(&ascii(), 3));
-        // A byte past the end is never looked at, nor one before a block's start but
-        // two back, which is at least the letter put before the first match.
-        let kinds = || [LETTER, NUMBER, OTHER, SPACE, BREAK, NEWLINE, STOP].into_iter();
-        for before in kinds() {
-            for previous in kinds() {
-                for current in kinds() {
-                    for next in kinds().chain([END]) {
-                        let undecided = [previous, current, next].contains(&STOP);
-                        let window = (before, previous, current, next);
-                        let expected = if undecided { 3 } else { cl100k_starts(before, previous, current, next) };
-                        assert_eq!(verdict_of(&cl100k, before, previous, current, next), expected, "{window:?}");
-                        if [before, previous, current, next].contains(&NEWLINE) {
-                            continue;
-                        }
-                        let expected = if undecided { 3 } else { gpt2_starts(previous, current, next) };
-                        assert_eq!(verdict_of(&gpt2, before, previous, current, next), expected, "{window:?}");
+    fn cased_ascii() -> [AsciiClass; 128] {
+        let mut ascii = ascii();
+        for byte in b'A'..=b'z' {
+            ascii[usize::from(byte)] = match byte {
+                b'A'..=b'Z' => AsciiClass::UpperLetter,
+                b'a'..=b'z' => AsciiClass::LowerLetter,
+                _ => ascii[usize::from(byte)],
+            };
+        }
+        ascii
+    }
+
+    /// Calls `check` with every window of kinds a block can hold: a byte past the
+    /// end is never looked at, nor one before a block's start but two back, which
+    /// is at least the letter put before the first match.
+    fn for_every_window(kinds: &[u8], mut check: impl FnMut(u8, u8, u8, u8)) {
+        for &before in kinds {
+            for &previous in kinds {
+                for &current in kinds {
+                    for &next in kinds.iter().chain(&[END]) {
+                        check(before, previous, current, next);
                     }
                 }
             }
@@ -479,8 +590,36 @@ mod tests {
     }
 
     #[test]
+    fn the_bits_of_a_block_give_the_verdicts_of_the_rules_for_every_window() {
+        let (gpt2, cl100k, o200k) =
+            (AsciiWindows::gpt2(&ascii()), AsciiWindows::cl100k(&ascii(), 3), AsciiWindows::o200k(&cased_ascii()));
+        let undecided = |previous: u8, current: u8, next: u8| [previous, current, next].contains(&STOP);
+        let verdict = |spec: u8, previous: u8, current: u8, next: u8| {
+            if undecided(previous, current, next) { 3 } else { spec }
+        };
+        for_every_window(&[LETTER, NUMBER, OTHER, SPACE, BREAK, STOP], |before, previous, current, next| {
+            let expected = verdict(gpt2_starts(previous, current, next), previous, current, next);
+            let window = (before, previous, current, next);
+            assert_eq!(verdict_of(&gpt2, before, previous, current, next), expected, "GPT-2 {window:?}");
+        });
+        for_every_window(&[LETTER, NUMBER, OTHER, SPACE, BREAK, NEWLINE, STOP], |before, previous, current, next| {
+            let expected = verdict(cl100k_starts(before, previous, current, next), previous, current, next);
+            let window = (before, previous, current, next);
+            assert_eq!(verdict_of(&cl100k, before, previous, current, next), expected, "cl100k {window:?}");
+        });
+        let cased = [LETTER, UPPER, NUMBER, OTHER, SLASH, APOSTROPHE, SPACE, BREAK, NEWLINE, STOP];
+        for_every_window(&cased, |before, previous, current, next| {
+            let expected = verdict(o200k_starts(before, previous, current, next), previous, current, next);
+            let window = (before, previous, current, next);
+            assert_eq!(verdict_of(&o200k, before, previous, current, next), expected, "o200k {window:?}");
+        });
+    }
+
+    #[test]
     fn blocks_are_read_sixteen_bytes_at_a_time_where_the_cpu_can() {
-        for windows in [AsciiWindows::gpt2(&ascii()), AsciiWindows::cl100k(&ascii(), 1)] {
+        for windows in
+            [AsciiWindows::gpt2(&ascii()), AsciiWindows::cl100k(&ascii(), 1), AsciiWindows::o200k(&cased_ascii())]
+        {
             assert_eq!(windows.sse2, cfg!(target_arch = "x86_64"));
         }
         // Classes other than Unicode's (`_` a letter) are read a byte at a time.
@@ -500,5 +639,10 @@ mod tests {
         }
         assert_eq!(bits.of(END), u64::MAX << 6);
         assert_eq!(windows.classify(text, 70).of(END), u64::MAX);
+
+        let o200k = AsciiWindows::o200k(&cased_ascii());
+        let bits = o200k.classify(b"aB/'.", 0);
+        assert_eq!((bits.of(LETTER), bits.of(UPPER), bits.of(OTHER)), (0b1, 0b10, 0b11100));
+        assert_eq!((bits.slashes, bits.apostrophes), (0b100, 0b1000));
     }
 }

@@ -94,7 +94,7 @@ pub struct Scanner {
     /// For case-insensitive contractions: each character `(?i)` lets stand for one
     /// of the contractions' ASCII letters (`ſ` for `s`, for one).
     folds: Vec<(char, char)>,
-    /// GPT-2's and cl100k's matches in ASCII text, 64 bytes at a time.
+    /// Matches in ASCII text, 64 bytes at a time.
     ascii_windows: Option<AsciiWindows>,
 }
 
@@ -113,6 +113,7 @@ impl Scanner {
         let ascii_windows = match (family, classes.ascii_classes()) {
             (Family::Gpt2, Some(ascii)) => Some(AsciiWindows::gpt2(&ascii)),
             (Family::Cl100k { digits }, Some(ascii)) => Some(AsciiWindows::cl100k(&ascii, digits)),
+            (Family::O200k, Some(ascii)) => Some(AsciiWindows::o200k(&ascii)),
             _ => None,
         };
         Some(Scanner { family, classes, folds, ascii_windows })
@@ -342,6 +343,8 @@ impl CharClasses {
         for (class, &ours) in classes.iter_mut().zip(&self.ascii) {
             *class = match ours {
                 CharClass::Letter => AsciiClass::Letter,
+                CharClass::UpperLetter => AsciiClass::UpperLetter,
+                CharClass::LowerLetter => AsciiClass::LowerLetter,
                 CharClass::Number => AsciiClass::Number,
                 CharClass::Space => AsciiClass::Whitespace,
                 CharClass::Other => AsciiClass::Other,
