@@ -417,11 +417,6 @@ pub struct Pieces<'a> {
 }
 
 impl Pieces<'_> {
-    /// Appends the ids of one pre-token to `out`.
-    pub fn encode(&mut self, piece: &[u8], out: &mut Vec<u32>) {
-        self.encode_in(piece, 0, piece.len(), out);
-    }
-
     /// Appends the ids of the pre-token `text[start..end]` to `out`. Inlined into
     /// the pre-tokenizer's loop for a short piece seen lately, with no branch on
     /// its length: its key is one load of the text, and its ids are copied whole.

@@ -112,7 +112,9 @@ impl FastEncoder {
             }
             (Part::Text(text), Split::Metaspace { prepend, joinable }) => {
                 metaspace_normalize(text, *prepend, &mut normalized);
-                for_each_unjoinable_piece(&normalized, joinable, |piece| pieces.encode(piece.as_bytes(), &mut ids));
+                for_each_unjoinable_piece(&normalized, joinable, |start, end| {
+                    pieces.encode_in(normalized.as_bytes(), start, end, &mut ids)
+                });
             }
         });
         Some(ids)
@@ -140,20 +142,20 @@ fn metaspace_normalize(text: &str, prepend: bool, out: &mut String) {
     out.push_str(&text[copied..]);
 }
 
-/// Calls `on_piece` with each piece of `text` between two characters no token
-/// holds side by side.
-fn for_each_unjoinable_piece<'t>(text: &'t str, joinable: &JoinablePairs, mut on_piece: impl FnMut(&'t str)) {
+/// Calls `on_piece` with the byte range of each piece of `text` between two
+/// characters no token holds side by side.
+fn for_each_unjoinable_piece(text: &str, joinable: &JoinablePairs, mut on_piece: impl FnMut(usize, usize)) {
     let mut start = 0;
     let mut chars = text.char_indices();
     let Some((_, mut previous)) = chars.next() else { return };
     for (at, c) in chars {
         if !joinable.contains(previous, c) {
-            on_piece(&text[start..at]);
+            on_piece(start, at);
             start = at;
         }
         previous = c;
     }
-    on_piece(&text[start..]);
+    on_piece(start, text.len());
 }
 
 #[cfg(test)]
@@ -225,7 +227,8 @@ mod tests {
         let joinable =
             recognize::joinable_pairs(&crate::tokenizer::serialized::Model::deserialize(&model).unwrap()).unwrap();
         let mut pieces = Vec::new();
-        for_each_unjoinable_piece("▁ab▁c日b", &joinable, |piece| pieces.push(piece));
+        let text = "▁ab▁c日b";
+        for_each_unjoinable_piece(text, &joinable, |start, end| pieces.push(&text[start..end]));
         assert_eq!(pieces, ["▁ab", "▁", "c", "日", "b"]);
     }
 
