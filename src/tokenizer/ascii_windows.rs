@@ -344,7 +344,7 @@ impl AsciiWindows {
         Verdicts { starts: starts & inside & !undecided, look_around: look_around & inside & !undecided, undecided }
     }
 
-    /// Whether cl100k starts a match at `at`, whitespace after a line break:
+    /// Whether cl100k (or o200k) starts a match at `at`, whitespace after a line break:
     /// unless a later line break in the run ends the same match, which it does
     /// unless a run of others took the line breaks before. `None` where a
     /// non-ASCII character might be whitespace or an other character.
