@@ -187,8 +187,9 @@ impl WholeTokens {
         WholeTokens { short, long }
     }
 
-    fn get(&self, piece: &[u8]) -> Option<u32> {
-        match inline_key(piece) {
+    /// The token of `piece`, whose `inline_key` is `inline`.
+    fn get(&self, piece: &[u8], inline: Option<u128>) -> Option<u32> {
+        match inline {
             Some(key) => self.short.get(&key).copied(),
             None => self.long.get(piece).copied(),
         }
@@ -208,8 +209,14 @@ enum CacheKey {
 }
 
 impl CacheKey {
+    /// The key of `piece`, whose `inline_key` is `inline`.
+    fn new(piece: &[u8], inline: Option<u128>) -> CacheKey {
+        inline.map_or_else(|| CacheKey::Hashed(hash_of(piece)), CacheKey::Inline)
+    }
+
+    #[cfg(test)]
     fn of(piece: &[u8]) -> CacheKey {
-        inline_key(piece).map_or_else(|| CacheKey::Hashed(hash_of(piece)), CacheKey::Inline)
+        CacheKey::new(piece, inline_key(piece))
     }
 
     fn inline(self) -> Option<u128> {
@@ -422,16 +429,17 @@ impl Pieces<'_> {
     /// its length: its key is one load of the text, and its ids are copied whole.
     #[inline(always)]
     pub fn encode_in(&mut self, text: &[u8], start: usize, end: usize, out: &mut Vec<u32>) {
-        match inline_key_in(text, start, end).and_then(|key| self.cache.recent.get(key)) {
+        let inline = inline_key_in(text, start, end);
+        match inline.and_then(|key| self.cache.recent.get(key)) {
             Some(ids) => ids.push_to(out),
-            None => self.encode_uncommon(&text[start..end], out),
+            None => self.encode_uncommon(&text[start..end], inline, out),
         }
     }
 
-    /// A piece not among the recent ones: out of line, so that the common case stays
-    /// small where it is inlined.
+    /// A piece not among the recent ones, whose `inline_key` is `inline`: out of
+    /// line, so that the common case stays small where it is inlined.
     #[inline(never)]
-    fn encode_uncommon(&mut self, piece: &[u8], out: &mut Vec<u32>) {
+    fn encode_uncommon(&mut self, piece: &[u8], inline: Option<u128>, out: &mut Vec<u32>) {
         let merger = self.merger;
         let cache = &mut *self.cache;
         match piece {
@@ -441,21 +449,21 @@ impl Pieces<'_> {
                 // there, like any other piece, rather than a branch on its length.
                 let id = merger.alphabet.single_byte(*byte);
                 out.push(id);
-                if let Some((key, ids)) = inline_key(piece).zip(InlineIds::new(&[id])) {
+                if let Some((key, ids)) = inline.zip(InlineIds::new(&[id])) {
                     cache.recent.insert(key, ids);
                 }
                 return;
             }
             _ => {}
         }
-        let key = (piece.len() <= CACHED_PIECE_MAX).then(|| CacheKey::of(piece));
+        let key = (piece.len() <= CACHED_PIECE_MAX).then(|| CacheKey::new(piece, inline));
         if let Some(key) = key
             && cache.extend_with(piece, key, out)
         {
             return;
         }
         let start = out.len();
-        match merger.whole_tokens.as_ref().and_then(|tokens| tokens.get(piece)) {
+        match merger.whole_tokens.as_ref().and_then(|tokens| tokens.get(piece, inline)) {
             Some(id) => out.push(id),
             None if piece.len() <= SHORT_PIECE_MAX => merger.merge_short(piece, out),
             None => merger.merge(piece, &mut cache.merging, out),
@@ -689,10 +697,11 @@ mod tests {
     fn whole_tokens_are_found_by_their_bytes_short_or_long() {
         let long = b"a token longer than fifteen bytes".to_vec();
         let tokens = WholeTokens::new([(b"ab".to_vec(), 1), (long.clone(), 2)].into_iter().collect());
-        assert_eq!(tokens.get(b"ab"), Some(1));
-        assert_eq!(tokens.get(&long), Some(2));
-        assert_eq!(tokens.get(b"ab\0"), None);
-        assert_eq!(tokens.get(&long[1..]), None);
+        let get = |piece: &[u8]| tokens.get(piece, inline_key(piece));
+        assert_eq!(get(b"ab"), Some(1));
+        assert_eq!(get(&long), Some(2));
+        assert_eq!(get(b"ab\0"), None);
+        assert_eq!(get(&long[1..]), None);
     }
 
     #[test]
