@@ -164,9 +164,19 @@ pub fn blake3_of_reader(mut file: impl io::Read) -> io::Result<blake3::Hash> {
     }
 }
 
-/// Creates `dir` and its parents.
+/// Creates `dir` and its parents. When its mkdir loses a race on a network
+/// filesystem, std's `create_dir_all` can answer "File exists" while the winner's
+/// directory is not yet visible to its stat (seen on GlusterFS, six nodes
+/// creating one cache): that case is settling too, and is retried as such.
 pub fn create_dir_all(dir: &Path) -> io::Result<()> {
-    retry_while_settling(|| fs::create_dir_all(dir))
+    retry_while_settling(|| match fs::create_dir_all(dir) {
+        Err(exists) if exists.kind() == io::ErrorKind::AlreadyExists => match fs::metadata(dir) {
+            Ok(found) if found.is_dir() => Ok(()),
+            Ok(_) => Err(exists),
+            Err(unseen) => Err(unseen),
+        },
+        result => result,
+    })
 }
 
 /// Runs `op` again while it fails with ESTALE or not-found, for a few seconds.
@@ -292,6 +302,18 @@ mod tests {
         assert_eq!(std::fs::metadata(&path).unwrap().ino(), inode, "the file was never replaced");
         let names: Vec<_> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
         assert_eq!(names, vec![std::ffi::OsString::from("layout-version")]);
+    }
+
+    #[test]
+    fn create_dir_all_accepts_a_directory_there_and_refuses_a_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let nested = dir.path().join("a/b");
+        create_dir_all(&nested).unwrap();
+        create_dir_all(&nested).unwrap();
+        assert!(nested.is_dir());
+        let file = dir.path().join("file");
+        std::fs::write(&file, b"").unwrap();
+        assert_eq!(create_dir_all(&file).unwrap_err().kind(), io::ErrorKind::AlreadyExists);
     }
 
     #[test]
