@@ -165,26 +165,38 @@ fn parse_bpe_directly(json: &str) -> Option<tokenizers::Tokenizer> {
     serde_json::from_str::<BpeTokenizer>(json).ok().map(tokenizers::Tokenizer::from)
 }
 
-/// The spec's tokenizer, parsed, with its canonical serialization. A run that
-/// builds needs it twice, for the fingerprint (when not memoized) and for the
-/// encoders; parsing a large tokenizer and writing its canonical form take about a
-/// tenth of a second each, so it is done once and handed on.
+/// The spec's tokenizer, parsed, with its canonical serialization and its fast
+/// encoder. A run that builds needs it twice, for the fingerprint (when not
+/// memoized) and for the encoders; parsing a large tokenizer and writing its
+/// canonical form take about a tenth of a second each, so it is done once and
+/// handed on.
 pub struct Parsed {
     source_name: String,
     tokenizer: tokenizers::Tokenizer,
     /// What this build's `tokenizers` writes for it: formatting of the file and
     /// fields left to their defaults do not matter.
     canonical: String,
+    /// `None` when the spec turns the fast path off.
+    fast: Option<Result<FastEncoder, Unsupported>>,
 }
 
 impl Parsed {
     pub fn read(spec: &Spec) -> Result<Parsed, TokenizerError> {
         let (source_name, json) = tokenizer_text(spec)?;
-        let tokenizer = parse(&source_name, &json)?;
-        let canonical = tokenizer
-            .to_string(false)
-            .map_err(|err| TokenizerError::Load { source_name: source_name.clone(), message: err.to_string() })?;
-        Ok(Parsed { source_name, tokenizer, canonical })
+        let load_error = |err: tokenizers::Error| TokenizerError::Load {
+            source_name: source_name.clone(),
+            message: err.to_string(),
+        };
+        std::thread::scope(|scope| {
+            let provisional = spec.tokenizer.fast_path.then(|| scope.spawn(|| fast::Provisional::build(&json)));
+            let tokenizer = parse(&source_name, &json)?;
+            let canonical = tokenizer.to_string(false).map_err(load_error)?;
+            let fast = provisional.map(|thread| match thread.join() {
+                Ok(Some(provisional)) => provisional.confirm(&canonical),
+                _ => FastEncoder::for_tokenizer_json(&canonical),
+            });
+            Ok(Parsed { source_name: source_name.clone(), tokenizer, canonical, fast })
+        })
     }
 }
 
@@ -270,7 +282,7 @@ impl Encoders {
 
     /// The encoders of the spec's tokenizer, already parsed (by `identity` or `Parsed::read`).
     pub fn from_parsed(spec: &Spec, parsed: Parsed) -> Result<Encoders, TokenizerError> {
-        let Parsed { source_name, tokenizer: mut reference, canonical } = parsed;
+        let Parsed { source_name, tokenizer: mut reference, canonical, fast } = parsed;
         let load_error = |err: &dyn std::fmt::Display| TokenizerError::Load {
             source_name: source_name.clone(),
             message: err.to_string(),
@@ -298,13 +310,11 @@ impl Encoders {
             BosEos::default()
         };
 
-        let (fast, fast_unavailable) = if !spec.tokenizer.fast_path {
-            (None, Some("tokenizer.fast_path = false".to_string()))
-        } else {
-            match fast_encoder(&reference, &serialized, add_special_tokens) {
-                Ok(fast) => (Some(fast), None),
-                Err(Unsupported(reason)) => (None, Some(reason)),
-            }
+        let (fast, fast_unavailable) = match fast.map(|fast| checked_fast_encoder(&reference, fast, add_special_tokens))
+        {
+            None => (None, Some("tokenizer.fast_path = false".to_string())),
+            Some(Ok(fast)) => (Some(fast), None),
+            Some(Err(Unsupported(reason))) => (None, Some(reason)),
         };
         let special = special_tokens(spec, &vocab);
         drop(vocab);
@@ -375,10 +385,9 @@ impl Encoders {
 }
 
 /// The fast path is valid only where the reference's post-processor adds nothing.
-/// `canonical` is the reference's serialization.
-fn fast_encoder(
+fn checked_fast_encoder(
     reference: &tokenizers::Tokenizer,
-    canonical: &str,
+    fast: Result<FastEncoder, Unsupported>,
     add_special_tokens: bool,
 ) -> Result<FastEncoder, Unsupported> {
     let unsupported = |err: &dyn std::fmt::Display| Unsupported(err.to_string());
@@ -389,7 +398,7 @@ fn fast_encoder(
             return Err(Unsupported("the post-processor adds special tokens".into()));
         }
     }
-    FastEncoder::for_tokenizer_json(canonical)
+    fast
 }
 
 /// The reference tokenizer failed on a document.

@@ -16,7 +16,7 @@ use serde::Deserialize;
 use serde::de::{self, Deserializer, SeqAccess, Visitor};
 use serde_json::Value;
 
-#[derive(Deserialize)]
+#[derive(Deserialize, PartialEq)]
 pub struct Serialized<'a> {
     #[serde(default)]
     pub normalizer: Value,
@@ -29,7 +29,7 @@ pub struct Serialized<'a> {
 }
 
 /// The model's settings as written (`Null` where absent), its vocabulary and its merges.
-#[derive(Deserialize)]
+#[derive(Deserialize, PartialEq)]
 pub struct Model<'a> {
     #[serde(rename = "type", default)]
     pub kind: Value,
@@ -97,6 +97,7 @@ impl<'de> Visitor<'de> for TokenVisitor {
 }
 
 /// A merge's two tokens, written `"left right"` or `["left", "right"]`.
+#[derive(PartialEq)]
 pub struct MergeTokens<'a> {
     pub left: Token<'a>,
     pub right: Token<'a>,
