@@ -188,11 +188,15 @@ impl Parsed {
             message: err.to_string(),
         };
         std::thread::scope(|scope| {
-            let provisional = spec.tokenizer.fast_path.then(|| scope.spawn(|| fast::Provisional::build(&json)));
+            // Without a thread to spare (a process limit), the encoder is built after the parse.
+            let provisional = spec
+                .tokenizer
+                .fast_path
+                .then(|| std::thread::Builder::new().spawn_scoped(scope, || fast::Provisional::build(&json)).ok());
             let tokenizer = parse(&source_name, &json)?;
             let canonical = tokenizer.to_string(false).map_err(load_error)?;
-            let fast = provisional.map(|thread| match thread.join() {
-                Ok(Some(provisional)) => provisional.confirm(&canonical),
+            let fast = provisional.map(|thread| match thread.map(|thread| thread.join()) {
+                Some(Ok(Some(provisional))) => provisional.confirm(&canonical),
                 _ => FastEncoder::for_tokenizer_json(&canonical),
             });
             Ok(Parsed { source_name: source_name.clone(), tokenizer, canonical, fast })
