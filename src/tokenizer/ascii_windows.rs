@@ -177,12 +177,12 @@ impl AsciiWindows {
         })
     }
 
-    /// The kinds of `\r` and `\n` (GPT-2 has no line breaks apart) and of capitals
-    /// (only o200k has them apart).
+    /// The kinds the table gives line breaks (GPT-2 has none apart) and capitals
+    /// (only o200k has them apart), for the SSE2 sort. Where the table gives `\r`
+    /// another kind than `\n`, or one capital another kind than `A`, the check on
+    /// every byte sees it and the blocks are sorted by the table.
     fn kinds_apart(&self) -> KindsApart {
-        let newline = if self.family == Family::Gpt2 { BREAK } else { NEWLINE };
-        let upper = if self.family == Family::O200k { UPPER } else { LETTER };
-        KindsApart { newline, upper }
+        KindsApart { newline: self.kinds[usize::from(b'\n')], upper: self.kinds[usize::from(b'A')] }
     }
 
     fn classify_scalar(&self, block: &[u8; BLOCK]) -> KindBits {
