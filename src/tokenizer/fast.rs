@@ -44,12 +44,10 @@ impl<'a> Provisional<'a> {
     }
 
     /// The encoder for the tokenizer whose canonical form is `canonical`: this one
-    /// when it reads as the same parts, else one built from it.
+    /// when it reads as the same parts, else one built from its parts.
     pub fn confirm(self, canonical: &str) -> Result<FastEncoder, Unsupported> {
-        match serde_json::from_str::<Serialized>(canonical) {
-            Ok(parts) if parts == self.parts => self.built,
-            _ => FastEncoder::for_tokenizer_json(canonical),
-        }
+        let parts: Serialized = serde_json::from_str(canonical).map_err(unreadable)?;
+        if parts == self.parts { self.built } else { FastEncoder::from_serialized(&parts) }
     }
 }
 
