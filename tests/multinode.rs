@@ -12,6 +12,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use rustix::process::{Pid, Signal, kill_process};
+
 use common::{TestEnv, describe, entry_data_files, gpt2_spec, python};
 
 /// The cluster's config, when the test script started one.
@@ -628,14 +630,38 @@ fn regular_files(dir: &Path) -> usize {
     walkdir::WalkDir::new(dir).into_iter().flatten().filter(|e| e.file_type().is_file()).count()
 }
 
+/// The state letter of process `pid` (`T` stopped, `Z` exited), or None once it is reaped.
+fn process_state(pid: Pid) -> Option<char> {
+    let stat = std::fs::read_to_string(format!("/proc/{}/stat", pid.as_raw_nonzero())).ok()?;
+    // The command name, in parentheses, may hold spaces: the state follows its closing one.
+    stat.rsplit_once(") ").and_then(|(_, rest)| rest.chars().next())
+}
+
+/// Sends SIGSTOP to `pid` and waits until it has stopped; false if it exited first.
+fn stop_and_wait(pid: Pid) -> bool {
+    let _ = kill_process(pid, Signal::STOP);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while Instant::now() < deadline {
+        match process_state(pid) {
+            Some('T' | 't') => return true,
+            None | Some('Z' | 'X') => return false,
+            Some(_) => std::thread::sleep(Duration::from_micros(100)),
+        }
+    }
+    panic!("process {pid:?} did not stop within 30 s of SIGSTOP");
+}
+
 #[test]
 fn a_stage_killed_on_one_node_resumes_and_copies_only_what_is_missing() {
     let Some(conf) = cluster() else { return };
     let (env, spec, entry) = prepared_in_scratch(&conf, "killed-stage", 12, 2000, 20);
     let total = manifest_sizes(&entry).len() + 1;
-    // One job on node2: a stage the test kills part-way, then the same stage again, then a verifying one.
+    // One job on node2: a stage the test kills part-way, then the same stage again, then a
+    // verifying one. The first stage's shell stops itself before it becomes ferry, so the test
+    // runs it in short steps and catches it with some files landed however fast the copy is.
     let script = format!(
-        "ferry stage {spec} --jobs 1 --json > first.json || echo $? > first.exit\n\
+        "sh -c 'echo $$ > first.pid && kill -STOP $$ && exec ferry stage {spec} --jobs 1 --json > first.json' \
+         || echo $? > first.exit\n\
          ferry stage {spec} --json > second.json\n\
          ferry stage {spec} --verify --json > third.json\n",
         spec = spec.display()
@@ -650,21 +676,27 @@ fn a_stage_killed_on_one_node_resumes_and_copies_only_what_is_missing() {
             .find(|d| d.file_name().to_string_lossy().starts_with("job_"))?;
         Some(job_dir.path().join("ferry/entries").join(entry.file_name().unwrap()))
     };
-    let namespace = namespace(&conf, "node2");
     let deadline = Instant::now() + Duration::from_secs(120);
+    let first = loop {
+        assert!(Instant::now() < deadline, "the first stage's shell never wrote its pid");
+        let pid = std::fs::read_to_string(env.path("first.pid")).ok().and_then(|text| text.trim().parse().ok());
+        if let Some(pid) = pid.and_then(Pid::from_raw) {
+            break pid;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    assert!(stop_and_wait(first), "the first stage's shell exited before it stopped itself");
     let landed_at_kill = loop {
         assert!(Instant::now() < deadline, "the first stage never had some but not all files landed");
-        if let Some(dir) = staged_dir() {
-            let pids = ferry_processes(&namespace);
-            signal(&pids, "STOP");
-            let landed = regular_files(&dir);
-            if !pids.is_empty() && landed > 0 && landed < total {
-                signal(&pids, "KILL");
-                break landed;
-            }
-            signal(&pids, "CONT");
-        }
+        let _ = kill_process(first, Signal::CONT);
         std::thread::sleep(Duration::from_millis(1));
+        assert!(stop_and_wait(first), "the first stage finished between two steps of 1 ms");
+        let landed = staged_dir().map_or(0, |dir| regular_files(&dir));
+        assert!(landed < total, "the first stage landed all {total} files within one step of 1 ms");
+        if landed > 0 {
+            kill_process(first, Signal::KILL).unwrap();
+            break landed;
+        }
     };
     sbatch_finish(&env, job);
 
