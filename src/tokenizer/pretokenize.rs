@@ -55,6 +55,10 @@ impl PreTokenizer {
         if let [step] = &self.steps[..]
             && step.behavior == Behavior::Isolated
         {
+            if let SplitRegex::Scanner(scanner) = &step.regex {
+                scanner.for_each_match(text, on_piece);
+                return;
+            }
             for_each_part(&step.regex, text, |(start, end), _| {
                 if start != end {
                     on_piece(start, end);
