@@ -7,8 +7,9 @@
 //! `cargo bench --bench encoders -- --cores TEXT_FILE...` compares the fast core
 //! with tiktoken-rs on one thread, on GPT-2 and on a Llama-3-structured tokenizer
 //! with the 100k `cl100k_base` vocabulary, over the files cut into documents;
-//! prints one JSON line per vocabulary with tokens/s of each, their ratio, and how
-//! many documents' ids differ from tiktoken-rs and (on a sample) from `tokenizers`.
+//! prints one JSON line per vocabulary with tokens/s of each (the fast core with its
+//! cache cold each pass, and warm), their ratio, and how many documents' ids differ
+//! from tiktoken-rs and (on a sample) from `tokenizers`.
 //!
 //! `cargo bench --bench encoders -- --llama3-tokenizer OUT` writes that
 //! Llama-3-structured tokenizer.json, for the benchmark's peers to load.

@@ -7,7 +7,8 @@
 # cl100k's ranks); and a SentencePiece-style BPE with Llama-2's structure, trained
 # here. For each it also counts the documents whose ids differ from Python
 # `tokenizers` (ferry's entry and gigatoken's output), and prints ferry's raw fast
-# core against gigatoken on one thread from memory.
+# core against gigatoken on one thread from memory, each with its cache cold (a new
+# encoder each pass) and warm (one encoder, passes after the first).
 #
 # BENCH_ROUNDS (default 2) alternates the runs and keeps the best of each;
 # BENCH_FAMILIES picks tokenizers; BENCH_PROFILE=dev checks the script quickly.
@@ -128,7 +129,7 @@ while read -r line; do
   vocabulary=$(echo "$line" | "$py" -c "import json,sys; print(json.load(sys.stdin)['vocabulary'])")
   case $vocabulary in gpt2) family=gpt2 ;; llama3_style_cl100k) family=llama3 ;; *) continue ;; esac
   RAYON_NUM_THREADS=1 "$py" scripts/bench_peers.py gigatoken-core "$tokenizers/$family/tokenizer.json" "$work/core-text.txt" |
-    "$py" -c "import json,sys; g=json.load(sys.stdin); f=json.loads(sys.argv[1]); print(json.dumps({'tool': 'core', 'family': '$family', 'fast_tokens_per_second': f['fast_tokens_per_second'], 'gigatoken_tokens_per_second': g['tokens_per_second']}))" "$line" >> "$results"
+    "$py" -c "import json,sys; g=json.load(sys.stdin); f=json.loads(sys.argv[1]); print(json.dumps({'tool': 'core', 'family': '$family', 'fast_tokens_per_second': f['fast_tokens_per_second'], 'fast_warm_tokens_per_second': f['fast_warm_tokens_per_second'], 'gigatoken_tokens_per_second': g['tokens_per_second'], 'gigatoken_warm_tokens_per_second': g['warm_tokens_per_second']}))" "$line" >> "$results"
 done < "$work/cores.jsonl"
 
 "$py" scripts/bench_peers.py report "$results" "$cores"

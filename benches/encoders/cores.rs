@@ -117,9 +117,12 @@ fn compare(
     documents: &[String],
 ) -> anyhow::Result<()> {
     let reference: tokenizers::Tokenizer = tokenizer.to_string().parse().map_err(anyhow::Error::msg)?;
-    let (mut tiktoken_rate, mut crate_rate, mut fast_rate) = (0f64, 0f64, 0f64);
+    let (mut tiktoken_rate, mut crate_rate, mut fast_rate, mut warm_rate) = (0f64, 0f64, 0f64, 0f64);
+    // One encoder for every pass too: from the second pass on, its cache is warm,
+    // as a peer's is when one tokenizer object encodes pass after pass.
+    let warm = FastEncoder::for_tokenizer(tokenizer)?;
     let (mut tiktoken_ids, mut crate_ids, mut fast_ids) = (Vec::new(), Vec::new(), Vec::new());
-    for _ in 0..ROUNDS {
+    for round in 0..ROUNDS {
         let (rate, ids) = timed(documents, |text| tiktoken.encode_ordinary(text));
         (tiktoken_rate, tiktoken_ids) = (tiktoken_rate.max(rate), ids);
         let (rate, ids) = timed(documents, |text| tiktoken_crate.encode(text));
@@ -128,6 +131,10 @@ fn compare(
         let fast = FastEncoder::for_tokenizer(tokenizer)?;
         let (rate, ids) = timed(documents, |text| fast.encode(text).unwrap_or_default());
         (fast_rate, fast_ids) = (fast_rate.max(rate), ids);
+        let (rate, _) = timed(documents, |text| warm.encode(text).unwrap_or_default());
+        if round > 0 {
+            warm_rate = warm_rate.max(rate);
+        }
     }
     let differ_tiktoken = fast_ids.iter().zip(&tiktoken_ids).filter(|(a, b)| a != b).count();
     let differ_crate = fast_ids.iter().zip(&crate_ids).filter(|(a, b)| a != b).count();
@@ -141,6 +148,7 @@ fn compare(
         "documents": documents.len(),
         "tokens": fast_ids.iter().map(Vec::len).sum::<usize>(),
         "fast_tokens_per_second": fast_rate,
+        "fast_warm_tokens_per_second": warm_rate,
         "tiktoken_rs_tokens_per_second": tiktoken_rate,
         "fast_vs_tiktoken_rs": fast_rate / tiktoken_rate,
         "tokenizers_tokens_per_second_on_sample": reference_rate,
@@ -151,7 +159,7 @@ fn compare(
         "documents_differing_from_tokenizers": differ_reference,
         "tokenizers_sample": sample.len(),
         "rounds": ROUNDS,
-        "fast_cache": "cold at the start of every pass",
+        "fast_cache": "fast_tokens_per_second: cold at the start of every pass; fast_warm: one encoder, passes after the first",
     });
     println!("{report}");
     Ok(())
