@@ -9,8 +9,9 @@
 #   - cargo-fuzz (crates.io), for scripts/fuzz.sh on the nightly toolchain;
 #   - as root: Slurm, munge and GlusterFS from Debian packages (for the end-to-end test and,
 #     with iproute2, a three-node cluster in network namespaces for the multi-node
-#     tests), rsync, systemd (for `systemd-analyze verify`), and zsh and fish (to
-#     load ferry's completions in them).
+#     tests), strace (it holds a stage's landings so that a test can kill it part-way),
+#     rsync, systemd (for `systemd-analyze verify`), and zsh and fish (to load ferry's
+#     completions in them).
 # What it cannot install is skipped with a message saying so.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -107,6 +108,7 @@ if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
   command -v munged >/dev/null || missing+=(munge)
   command -v systemd-analyze >/dev/null || missing+=(systemd)
   command -v ip >/dev/null || missing+=(iproute2)
+  command -v strace >/dev/null || missing+=(strace)
   command -v zsh >/dev/null || missing+=(zsh)
   command -v fish >/dev/null || missing+=(fish)
   command -v glusterd >/dev/null || missing+=(glusterfs-server)

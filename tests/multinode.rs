@@ -630,73 +630,64 @@ fn regular_files(dir: &Path) -> usize {
     walkdir::WalkDir::new(dir).into_iter().flatten().filter(|e| e.file_type().is_file()).count()
 }
 
-/// The state letter of process `pid` (`T` stopped, `Z` exited), or None once it is reaped.
-fn process_state(pid: Pid) -> Option<char> {
-    let stat = std::fs::read_to_string(format!("/proc/{}/stat", pid.as_raw_nonzero())).ok()?;
-    // The command name, in parentheses, may hold spaces: the state follows its closing one.
-    stat.rsplit_once(") ").and_then(|(_, rest)| rest.chars().next())
-}
-
-/// Sends SIGSTOP to `pid` and waits until it has stopped; false if it exited first.
-fn stop_and_wait(pid: Pid) -> bool {
-    let _ = kill_process(pid, Signal::STOP);
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while Instant::now() < deadline {
-        match process_state(pid) {
-            Some('T' | 't') => return true,
-            None | Some('Z' | 'X') => return false,
-            Some(_) => std::thread::sleep(Duration::from_micros(100)),
-        }
-    }
-    panic!("process {pid:?} did not stop within 30 s of SIGSTOP");
+/// The pid of a child of process `parent`, once it has one.
+fn child_of(parent: u32) -> Option<Pid> {
+    std::fs::read_dir("/proc").ok()?.flatten().find_map(|process| {
+        let stat = std::fs::read_to_string(process.path().join("stat")).ok()?;
+        // The command name, in parentheses, may hold spaces: the state and the parent follow its closing one.
+        let mut fields = stat.rsplit_once(") ")?.1.split(' ');
+        let ppid: u32 = fields.nth(1)?.parse().ok()?;
+        (ppid == parent).then(|| process.file_name().to_str()?.parse().ok().and_then(Pid::from_raw)).flatten()
+    })
 }
 
 #[test]
 fn a_stage_killed_on_one_node_resumes_and_copies_only_what_is_missing() {
     let Some(conf) = cluster() else { return };
+    assert!(
+        Command::new("strace").arg("-V").output().is_ok_and(|out| out.status.success()),
+        "this test needs strace (Debian package strace), as scripts/test.sh installs it"
+    );
     let (env, spec, entry) = prepared_in_scratch(&conf, "killed-stage", 12, 2000, 20);
     let total = manifest_sizes(&entry).len() + 1;
     // One job on node2: a stage the test kills part-way, then the same stage again, then a
-    // verifying one. The first stage's shell stops itself before it becomes ferry, so the test
-    // runs it in short steps and catches it with some files landed however fast the copy is.
+    // verifying one. The first stage runs under strace, which holds every landing (a link or a
+    // rename) for a second before the stage goes on, so the test sees some but not all files
+    // landed however fast the copy or busy the machine, and kills the stage then.
+    let landings = "linkat,rename,renameat,renameat2";
     let script = format!(
-        "sh -c 'echo $$ > first.pid && kill -STOP $$ && exec ferry stage {spec} --jobs 1 --json > first.json' \
+        "sh -c 'echo $$ $SLURM_JOB_ID > first.pid && exec strace -f -qq -o /dev/null -e trace={landings} \
+         -e inject={landings}:delay_exit=1000000 ferry stage {spec} --jobs 1 --json > first.json' \
          || echo $? > first.exit\n\
          ferry stage {spec} --json > second.json\n\
          ferry stage {spec} --verify --json > third.json\n",
         spec = spec.display()
     );
     let job = sbatch_spawn(&env, &conf, &["--nodes=1", "--nodelist=node2"], &script, &[]);
-    // The job's destination, seen from the machine: node2's disk under the cluster's directory.
-    let node_tmp = conf.parent().unwrap().join("nodes/node2/tmp");
-    let staged_dir = || -> Option<PathBuf> {
-        let job_dir = std::fs::read_dir(&node_tmp)
-            .ok()?
-            .flatten()
-            .find(|d| d.file_name().to_string_lossy().starts_with("job_"))?;
-        Some(job_dir.path().join("ferry/entries").join(entry.file_name().unwrap()))
-    };
-    let deadline = Instant::now() + Duration::from_secs(120);
-    let first = loop {
-        assert!(Instant::now() < deadline, "the first stage's shell never wrote its pid");
-        let pid = std::fs::read_to_string(env.path("first.pid")).ok().and_then(|text| text.trim().parse().ok());
-        if let Some(pid) = pid.and_then(Pid::from_raw) {
-            break pid;
+    // The job may wait for node2 while other tests' jobs hold it.
+    let started = Instant::now();
+    let (tracer, job_id) = loop {
+        assert!(started.elapsed() < Duration::from_secs(600), "the first stage's shell never wrote its pid");
+        let text = std::fs::read_to_string(env.path("first.pid")).unwrap_or_default();
+        if let Some((pid, job_id)) = text.trim().split_once(' ').and_then(|(p, j)| Some((p.parse::<u32>().ok()?, j))) {
+            break (pid, job_id.to_string());
         }
         std::thread::sleep(Duration::from_millis(10));
     };
-    assert!(stop_and_wait(first), "the first stage's shell exited before it stopped itself");
+    // The job's destination, seen from the machine: node2's disk under the cluster's directory.
+    let staged = conf.parent().unwrap().join(format!("nodes/node2/tmp/job_{job_id}/ferry/entries"));
+    let staged = staged.join(entry.file_name().unwrap());
+    let deadline = Instant::now() + Duration::from_secs(120);
     let landed_at_kill = loop {
-        assert!(Instant::now() < deadline, "the first stage never had some but not all files landed");
-        let _ = kill_process(first, Signal::CONT);
-        std::thread::sleep(Duration::from_millis(1));
-        assert!(stop_and_wait(first), "the first stage finished between two steps of 1 ms");
-        let landed = staged_dir().map_or(0, |dir| regular_files(&dir));
-        assert!(landed < total, "the first stage landed all {total} files within one step of 1 ms");
+        let landed = if staged.is_dir() { regular_files(&staged) } else { 0 };
+        assert!(landed < total, "the first stage landed all {total} files before the test could kill it");
         if landed > 0 {
-            kill_process(first, Signal::KILL).unwrap();
+            let stage = child_of(tracer).expect("the first stage runs under strace");
+            kill_process(stage, Signal::KILL).unwrap();
             break landed;
         }
+        assert!(Instant::now() < deadline, "no file of the first stage landed in {staged:?} within 120 s");
+        std::thread::sleep(Duration::from_millis(10));
     };
     sbatch_finish(&env, job);
 
