@@ -11,6 +11,9 @@
 //! cache cold each pass, and warm), their ratio, and how many documents' ids differ
 //! from tiktoken-rs and (on a sample) from `tokenizers`.
 //!
+//! `cargo bench --bench encoders -- --fast TOKENIZER_JSON TEXT_FILE [PASSES]` times
+//! the fast core alone on one thread, cold each pass, in CPU time: for A/B runs.
+//!
 //! `cargo bench --bench encoders -- --llama3-tokenizer OUT` writes that
 //! Llama-3-structured tokenizer.json, for the benchmark's peers to load.
 
@@ -38,6 +41,7 @@ fn main() -> anyhow::Result<()> {
         Some("--cores") => return cores::run(&args[1..]),
         Some("--llama3-tokenizer") => return cores::write_llama3_style(Ranks::Cl100kBase, args.get(1).map(Path::new)),
         Some("--long-word") => return cores::long_word(&args[1..]),
+        Some("--fast") => return cores::fast_only(&args[1..]),
         Some("--gpt2-tokenizer") => return cores::write_gpt2(args.get(1).map(Path::new)),
         Some("--o200k-tokenizer") => return cores::write_llama3_style(Ranks::O200kBase, args.get(1).map(Path::new)),
         _ => {}

@@ -44,6 +44,32 @@ pub fn write_gpt2(out: Option<&Path>) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The fast core alone on one thread, its cache cold at each pass (a new encoder):
+/// the quick measure for comparing two builds of it, alternating. Prints one JSON
+/// line per pass with its tokens per second of this thread's CPU time, which other
+/// processes on the machine do not inflate.
+pub fn fast_only(args: &[String]) -> anyhow::Result<()> {
+    let (tokenizer_path, text_file, passes) = match args {
+        [tokenizer, text] => (tokenizer, text, 3),
+        [tokenizer, text, passes] => (tokenizer, text, passes.parse()?),
+        _ => anyhow::bail!("usage: --fast TOKENIZER_JSON TEXT_FILE [PASSES]"),
+    };
+    let tokenizer: Value = serde_json::from_slice(&fs_err::read(tokenizer_path)?)?;
+    let documents = documents(std::slice::from_ref(text_file))?;
+    let thread_seconds = || {
+        let time = rustix::time::clock_gettime(rustix::time::ClockId::ThreadCPUTime);
+        time.tv_sec as f64 + time.tv_nsec as f64 * 1e-9
+    };
+    for _ in 0..passes {
+        let fast = FastEncoder::for_tokenizer(&tokenizer)?;
+        let started = thread_seconds();
+        let tokens: usize = documents.iter().map(|text| fast.encode(text).map_or(0, |ids| ids.len())).sum();
+        let seconds = thread_seconds() - started;
+        println!("{}", json!({"tokens": tokens, "cpu_seconds": seconds, "tokens_per_cpu_second": tokens as f64 / seconds}));
+    }
+    Ok(())
+}
+
 /// One word of `bytes` pseudo-random ASCII letters, encoded by the fast core
 /// (timed) and by `tokenizers`: merging must not go quadratic on long pieces.
 pub fn long_word(args: &[String]) -> anyhow::Result<()> {
