@@ -141,7 +141,8 @@ struct Stored {
 /// Short pieces' ids by key, one slot per hash value: a newer piece replaces an
 /// older one in its slot (it is still in the generations).
 struct RecentPieces {
-    slots: Box<[RecentSlot]>,
+    /// Of a fixed length, so that a slot's index needs no bounds check.
+    slots: Box<[RecentSlot; RECENT_SLOTS]>,
 }
 
 #[derive(Clone, Copy, Default)]
@@ -154,7 +155,9 @@ struct RecentSlot {
 
 impl Default for RecentPieces {
     fn default() -> RecentPieces {
-        RecentPieces { slots: vec![RecentSlot::default(); RECENT_SLOTS].into_boxed_slice() }
+        // Made on the heap: a megabyte would not fit every thread's stack.
+        let slots = vec![RecentSlot::default(); RECENT_SLOTS].into_boxed_slice();
+        RecentPieces { slots: slots.try_into().ok().expect("RECENT_SLOTS slots were made") }
     }
 }
 
