@@ -68,7 +68,10 @@ pub fn fast_only(args: &[String]) -> anyhow::Result<()> {
         let started = thread_seconds();
         let tokens: usize = documents.iter().map(|text| fast.encode(text).map_or(0, |ids| ids.len())).sum();
         let seconds = thread_seconds() - started;
-        println!("{}", json!({"tokens": tokens, "cpu_seconds": seconds, "tokens_per_cpu_second": tokens as f64 / seconds}));
+        println!(
+            "{}",
+            json!({"tokens": tokens, "cpu_seconds": seconds, "tokens_per_cpu_second": tokens as f64 / seconds})
+        );
     }
     Ok(())
 }
