@@ -90,9 +90,21 @@ pub fn locate(spec: &Spec, cache: &CacheLayout) -> Result<Located, PrepareError>
     let started = Instant::now();
     let splits = inputs::resolve(spec)?;
     let memo = ContentHashMemo::new(cache.memo_dir());
-    let hashes = inputs::content_hashes(&splits, &memo)?;
     let mut parsed_tokenizer = None;
-    let tokenizer_identity = tokenizer::identity(spec, &cache.memo_dir(), &mut parsed_tokenizer)?;
+    // The inputs are hashed while the tokenizer is parsed: on a first build each
+    // takes a good part of the time before the first document is encoded.
+    let (hashes, tokenizer_identity) = std::thread::scope(|scope| {
+        let hashing = std::thread::Builder::new().spawn_scoped(scope, || inputs::content_hashes(&splits, &memo));
+        let identity = tokenizer::identity(spec, &cache.memo_dir(), &mut parsed_tokenizer);
+        // Without a thread to spare (a process limit), the inputs are hashed after.
+        let hashes = match hashing {
+            Ok(thread) => thread.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic)),
+            Err(_) => inputs::content_hashes(&splits, &memo),
+        };
+        (hashes, identity)
+    });
+    // An input's problem is reported before the tokenizer's, as when they ran in turn.
+    let (hashes, tokenizer_identity) = (hashes?, tokenizer_identity?);
     let canonical = spec.canonical();
     let fingerprint =
         FingerprintInputs { canonical_spec: &canonical, tokenizer: &tokenizer_identity, splits: &hashes }.fingerprint();
