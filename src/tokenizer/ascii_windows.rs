@@ -131,6 +131,49 @@ pub enum Stop {
     At { resume: usize, stop: usize },
 }
 
+/// Where a match ends before the next start the table finds: after a
+/// contraction that starts at an apostrophe, or within a run of digits cut into
+/// groups of `digits`.
+struct Cuts {
+    contractions_start: bool,
+    digits: usize,
+}
+
+impl Cuts {
+    /// The bytes of a block where a match that starts there may end early.
+    fn may_cut(&self, bits: &KindBits) -> u64 {
+        let apostrophes = if self.contractions_start { bits.apostrophes } else { 0 };
+        apostrophes | if self.digits != usize::MAX { bits.of(NUMBER) } else { 0 }
+    }
+
+    fn may_cut_at(&self, byte: u8) -> bool {
+        (self.contractions_start && byte == b'\'') || (self.digits != usize::MAX && byte.is_ascii_digit())
+    }
+
+    /// Gives the matches from `start` up to `next`, the next start the table
+    /// found: normally one match; a contraction ends where it ends, and a run of
+    /// digits is cut into groups.
+    #[inline(always)]
+    fn matches_up_to(
+        &self,
+        bytes: &[u8],
+        start: &mut usize,
+        next: usize,
+        contraction_end: &impl Fn(usize) -> Option<usize>,
+        on_match: &mut impl FnMut(usize, usize),
+    ) {
+        while *start < next {
+            let end = match bytes[*start] {
+                b'\'' if self.contractions_start => contraction_end(*start + 1).unwrap_or(next),
+                b'0'..=b'9' => next.min(start.saturating_add(self.digits)),
+                _ => next,
+            };
+            on_match(*start, end);
+            *start = end;
+        }
+    }
+}
+
 impl AsciiWindows {
     /// The table for GPT-2's pattern, with ASCII's classes as the scanner's tables
     /// give them.
@@ -239,22 +282,8 @@ impl AsciiWindows {
             Family::Gpt2 => usize::MAX,
         };
         // o200k's contractions end words; the others' start matches.
-        let contractions_start = self.family != Family::O200k;
+        let cuts = Cuts { contractions_start: self.family != Family::O200k, digits };
         let mut start = at;
-        // Gives the matches from `start` up to `next`, the next start the table
-        // found: normally one match; a contraction ends where it ends, and a run of
-        // digits is cut into groups.
-        let mut match_up_to = |start: &mut usize, next: usize| {
-            while *start < next {
-                let end = match bytes[*start] {
-                    b'\'' if contractions_start => contraction_end(*start + 1).unwrap_or(next),
-                    b'0'..=b'9' => next.min(start.saturating_add(digits)),
-                    _ => next,
-                };
-                on_match(*start, end);
-                *start = end;
-            }
-        };
         // The blocks start after `at`. Before them, `at` itself, and before it as if
         // a letter: for cl100k, an other character after a letter starts a match too.
         let mut before_block = KindBits::default();
@@ -280,10 +309,20 @@ impl AsciiWindows {
                 }
             }
             found &= below_lowest(undecided);
+            // The matches given here start at `start` and at the starts found but the last.
+            if found & cuts.may_cut(&block_bits) == 0 && !bytes.get(start).is_some_and(|&byte| cuts.may_cut_at(byte)) {
+                // Each ends where the next starts, with no byte to look at.
+                while found != 0 {
+                    let next = block + found.trailing_zeros() as usize;
+                    found &= found - 1;
+                    on_match(start, next);
+                    start = next;
+                }
+            }
             while found != 0 {
                 let next = block + found.trailing_zeros() as usize;
                 found &= found - 1;
-                match_up_to(&mut start, next);
+                cuts.matches_up_to(bytes, &mut start, next, &contraction_end, on_match);
             }
             if undecided != 0 {
                 // The general path goes on past the byte after it too: that one may
@@ -293,7 +332,7 @@ impl AsciiWindows {
             (before_block, block_bits) = (block_bits, after_block);
             block += BLOCK;
         }
-        match_up_to(&mut start, bytes.len());
+        cuts.matches_up_to(bytes, &mut start, bytes.len(), &contraction_end, on_match);
         Stop::End
     }
 
