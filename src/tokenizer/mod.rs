@@ -34,7 +34,6 @@ mod serialized;
 mod split_regex;
 mod symbols;
 
-use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use crate::cache::memo::memoized_hash;
@@ -300,16 +299,14 @@ impl Encoders {
             reference.with_padding(None);
             reference.to_string(false).map_err(|err| load_error(&err))?
         };
-        // Building the vocabulary map costs a few hundredths of a second for a large one: once.
-        let vocab = reference.get_vocab(true);
-        let vocab_size = vocab.values().copied().max().map_or(0, |max| max as u64 + 1);
+        let vocab_size = vocab_size(&reference);
         let token_type = spec.output.token_type;
         if vocab_size > token_type.max_vocab() {
             return Err(TokenizerError::VocabTooLarge { source_name, vocab_size, token_type: token_type.dtype() });
         }
         let add_special_tokens = spec.tokenizer.add_special_tokens;
         let bos_eos = if spec.tokenizer.ensure_bos_eos {
-            bos_eos_to_add(spec, &source_name, &reference, &vocab)?
+            bos_eos_to_add(spec, &source_name, &reference)?
         } else {
             BosEos::default()
         };
@@ -320,8 +317,7 @@ impl Encoders {
             Some(Ok(fast)) => (Some(fast), None),
             Some(Err(Unsupported(reason))) => (None, Some(reason)),
         };
-        let special = special_tokens(spec, &vocab);
-        drop(vocab);
+        let special = special_tokens(spec, &reference);
         release_freed_heap();
         Ok(Encoders {
             source_name,
@@ -388,6 +384,24 @@ impl Encoders {
     }
 }
 
+/// One more than the tokenizer's largest id, added tokens included. It is found
+/// without the tokenizer's map of its whole vocabulary: building and freeing that
+/// map of 200k strings took a tenth of a second of every build's start (GPT-4o's).
+/// A model whose ids are not exactly `0..count` (holes, or two tokens on one id)
+/// takes the long way.
+fn vocab_size(reference: &tokenizers::Tokenizer) -> u64 {
+    use tokenizers::Model;
+    let model = reference.get_model();
+    let count = model.get_vocab_size() as u32;
+    let model_max = if (0..count).all(|id| model.id_to_token(id).is_some()) {
+        count.checked_sub(1)
+    } else {
+        reference.get_vocab(false).into_values().max()
+    };
+    let added_max = reference.get_added_tokens_decoder().into_keys().max();
+    model_max.max(added_max).map_or(0, |max| max as u64 + 1)
+}
+
 /// The fast path is valid only where the reference's post-processor adds nothing.
 fn checked_fast_encoder(
     reference: &tokenizers::Tokenizer,
@@ -425,10 +439,11 @@ const EOS_CANDIDATES: &[&str] = &["</s>", "<eos>", "<|end_of_text|>", "<|endofte
 
 /// The BOS and EOS tokens' text, for readers of the entry: as the spec names them, else
 /// the first candidate the vocabulary holds.
-fn special_tokens(spec: &Spec, vocab: &HashMap<String, u32>) -> SpecialTokens {
+fn special_tokens(spec: &Spec, reference: &tokenizers::Tokenizer) -> SpecialTokens {
+    let known = |token: &str| reference.token_to_id(token).is_some();
     let pick = |configured: &Option<String>, candidates: &[&str]| match configured {
-        Some(token) => vocab.contains_key(token).then(|| token.clone()),
-        None => candidates.iter().find(|candidate| vocab.contains_key(**candidate)).map(|c| c.to_string()),
+        Some(token) => known(token).then(|| token.clone()),
+        None => candidates.iter().find(|candidate| known(candidate)).map(|c| c.to_string()),
     };
     SpecialTokens {
         bos: pick(&spec.tokenizer.bos_token, BOS_CANDIDATES),
@@ -439,23 +454,18 @@ fn special_tokens(spec: &Spec, vocab: &HashMap<String, u32>) -> SpecialTokens {
 /// Epochraft's `ensure_bos_eos`: find what the tokenizer already adds to a probe
 /// text, then add only what is missing; when BOS and EOS are the same token
 /// (GPT-2, GPT-NeoX) one is enough, and it is appended.
-fn bos_eos_to_add(
-    spec: &Spec,
-    source_name: &str,
-    reference: &tokenizers::Tokenizer,
-    vocab: &HashMap<String, u32>,
-) -> Result<BosEos, TokenizerError> {
+fn bos_eos_to_add(spec: &Spec, source_name: &str, reference: &tokenizers::Tokenizer) -> Result<BosEos, TokenizerError> {
     let find = |field: &'static str,
                 configured: &Option<String>,
                 candidates: &[&str]|
      -> Result<Option<u32>, TokenizerError> {
         match configured {
-            Some(token) => vocab.get(token).copied().map(Some).ok_or_else(|| TokenizerError::MissingSpecial {
+            Some(token) => reference.token_to_id(token).map(Some).ok_or_else(|| TokenizerError::MissingSpecial {
                 source_name: source_name.to_string(),
                 token: token.clone(),
                 field,
             }),
-            None => Ok(candidates.iter().find_map(|c| vocab.get(*c).copied())),
+            None => Ok(candidates.iter().find_map(|c| reference.token_to_id(c))),
         }
     };
     let bos = find("bos_token", &spec.tokenizer.bos_token, BOS_CANDIDATES)?;
@@ -613,6 +623,29 @@ mod tests {
         let fast = encoders.encode(text, EncoderKind::FastBytelevelBpe).unwrap();
         assert_eq!(fast, encoders.encode_reference(text).unwrap());
         assert!(fast.contains(&50256));
+    }
+
+    #[test]
+    fn vocab_size_is_one_more_than_the_largest_id_of_the_whole_vocabulary() {
+        let size = |vocab: &str, added_id: Option<u32>| {
+            let added = added_id.map_or(String::new(), |id| {
+                format!(r#"{{"id":{id},"content":"<x>","single_word":false,"lstrip":false,"rstrip":false,"normalized":false,"special":true}}"#)
+            });
+            let json = format!(
+                r#"{{"version":"1.0","added_tokens":[{added}],"model":{{"type":"WordLevel","vocab":{vocab},"unk_token":"a"}}}}"#
+            );
+            let tokenizer = from_json("t", &json).unwrap();
+            let whole_map = tokenizer.get_vocab(true).into_values().max().map_or(0, |max| max as u64 + 1);
+            assert_eq!(vocab_size(&tokenizer), whole_map, "{json}");
+            whole_map
+        };
+        assert_eq!(size(r#"{"a":0,"b":1}"#, None), 2);
+        assert_eq!(size(r#"{"a":0,"b":1}"#, Some(2)), 3);
+        size(r#"{"a":0,"b":1}"#, Some(9));
+        assert_eq!(size(r#"{"a":0,"b":5}"#, None), 6, "a hole in the model's ids");
+        size(r#"{"a":0,"b":5}"#, Some(7));
+        assert_eq!(size(r#"{"a":0,"b":0,"c":1}"#, None), 2, "two tokens on one id");
+        assert_eq!(size(r#"{"a":3}"#, None), 4);
     }
 
     #[test]
