@@ -74,28 +74,36 @@ impl<'a> Reader<'a> {
 
     /// An object's members after its `{`, each value read by `value` (given the key).
     fn members(&mut self, depth: usize, mut value: impl FnMut(&mut Self, &str) -> Option<()>) -> Option<()> {
+        self.items(depth, b'}', |reader| {
+            reader.expect(b'"')?;
+            let key = reader.string()?;
+            reader.whitespace();
+            reader.expect(b':')?;
+            reader.whitespace();
+            value(reader, &key)
+        })
+    }
+
+    /// The comma-separated items of an object or array after its opening
+    /// bracket, up to and including `close`, each read by `item`.
+    fn items(&mut self, depth: usize, close: u8, mut item: impl FnMut(&mut Self) -> Option<()>) -> Option<()> {
         if depth > MAX_DEPTH {
             return None;
         }
         self.whitespace();
-        if self.peek()? == b'}' {
+        if self.peek()? == close {
             self.at += 1;
             return Some(());
         }
         loop {
-            self.expect(b'"')?;
-            let key = self.string()?;
-            self.whitespace();
-            self.expect(b':')?;
-            self.whitespace();
-            value(self, &key)?;
+            item(self)?;
             self.whitespace();
             match self.peek()? {
                 b',' => {
                     self.at += 1;
                     self.whitespace();
                 }
-                b'}' => {
+                byte if byte == close => {
                     self.at += 1;
                     return Some(());
                 }
@@ -125,7 +133,7 @@ impl<'a> Reader<'a> {
             }
             b'[' => {
                 self.at += 1;
-                self.elements(depth)
+                self.items(depth, b']', |reader| reader.skip(depth + 1))
             }
             b'"' => {
                 self.at += 1;
@@ -136,33 +144,6 @@ impl<'a> Reader<'a> {
             b'n' => self.literal(b"null"),
             b'-' | b'0'..=b'9' => self.number(),
             _ => None,
-        }
-    }
-
-    /// An array's elements after its `[`.
-    fn elements(&mut self, depth: usize) -> Option<()> {
-        if depth > MAX_DEPTH {
-            return None;
-        }
-        self.whitespace();
-        if self.peek()? == b']' {
-            self.at += 1;
-            return Some(());
-        }
-        loop {
-            self.skip(depth + 1)?;
-            self.whitespace();
-            match self.peek()? {
-                b',' => {
-                    self.at += 1;
-                    self.whitespace();
-                }
-                b']' => {
-                    self.at += 1;
-                    return Some(());
-                }
-                _ => return None,
-            }
         }
     }
 
