@@ -45,6 +45,8 @@
 //! starts a match every `digits` digits for cl100k and o200k. Both are applied as
 //! the matches are given.
 
+use super::pretokenize::PieceSink;
+
 /// What the scanner's tables say an ASCII character is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AsciiClass {
@@ -160,7 +162,7 @@ impl Cuts {
         start: &mut usize,
         next: usize,
         contraction_end: &impl Fn(usize) -> Option<usize>,
-        on_match: &mut impl FnMut(usize, usize),
+        on_match: &mut impl PieceSink,
     ) {
         while *start < next {
             let end = match bytes[*start] {
@@ -168,7 +170,7 @@ impl Cuts {
                 b'0'..=b'9' => next.min(start.saturating_add(self.digits)),
                 _ => next,
             };
-            on_match(*start, end);
+            on_match.take(*start, end);
             *start = end;
         }
     }
@@ -269,7 +271,7 @@ impl AsciiWindows {
         text: &str,
         at: usize,
         contraction_end: impl Fn(usize) -> Option<usize>,
-        on_match: &mut impl FnMut(usize, usize),
+        on_match: &mut impl PieceSink,
     ) -> Stop {
         let bytes = text.as_bytes();
         let kind = |at: usize| bytes.get(at).map_or(END, |&byte| self.kinds[byte as usize]);
@@ -312,12 +314,8 @@ impl AsciiWindows {
             // The matches given here start at `start` and at the starts found but the last.
             if found & cuts.may_cut(&block_bits) == 0 && !bytes.get(start).is_some_and(|&byte| cuts.may_cut_at(byte)) {
                 // Each ends where the next starts, with no byte to look at.
-                while found != 0 {
-                    let next = block + found.trailing_zeros() as usize;
-                    found &= found - 1;
-                    on_match(start, next);
-                    start = next;
-                }
+                start = on_match.take_run(start, block, found);
+                found = 0;
             }
             while found != 0 {
                 let next = block + found.trailing_zeros() as usize;

@@ -237,10 +237,12 @@ impl CacheKey {
     }
 }
 
+/// In this order, so that a hit copies the whole of it as 16 bytes (see `recent_hits`).
 #[derive(Clone, Copy, Default)]
+#[repr(C)]
 struct InlineIds {
-    len: u32,
     ids: [u32; INLINE_IDS],
+    len: u32,
 }
 
 impl InlineIds {
@@ -301,28 +303,20 @@ fn inline_key_in(text: &[u8], start: usize, end: usize) -> Option<u128> {
     if len > INLINE_PIECE_MAX {
         return None;
     }
-    match text.get(start..start + 16) {
-        Some(window) => {
-            let half = |at: usize| u64::from_le_bytes(window[at..at + 8].try_into().unwrap_or_default());
-            let (low_mask, high_mask) = KEY_MASKS[len];
-            let high = half(8) & high_mask | (len as u64) << 56;
-            Some(u128::from(half(0) & low_mask) | u128::from(high) << 64)
-        }
+    match text.get(start..).and_then(<[u8]>::first_chunk::<16>) {
+        Some(window) => Some(u128::from_le_bytes(*window) & KEY_MASKS[len] | (len as u128) << 120),
         None => inline_key(&text[start..end]),
     }
 }
 
-/// For each length of an inline piece, the masks of its bytes in the two halves
-/// of a 16-byte load: a table, since a shift by the length would need a branch
-/// on which half it falls in.
-const KEY_MASKS: [(u64, u64); INLINE_PIECE_MAX + 1] = {
-    const fn first_bytes(count: usize) -> u64 {
-        if count >= 8 { u64::MAX } else { (1 << (count * 8)) - 1 }
-    }
-    let mut masks = [(0, 0); INLINE_PIECE_MAX + 1];
+/// For each length of an inline piece, the mask of its bytes in a 16-byte load:
+/// a table, since a shift by the length would need a branch on which half of
+/// the two registers it falls in.
+const KEY_MASKS: [u128; INLINE_PIECE_MAX + 1] = {
+    let mut masks = [0; INLINE_PIECE_MAX + 1];
     let mut len = 1;
     while len <= INLINE_PIECE_MAX {
-        masks[len] = (first_bytes(len), first_bytes(len.saturating_sub(8)));
+        masks[len] = (1 << (len * 8)) - 1;
         len += 1;
     }
     masks
@@ -446,6 +440,26 @@ impl Pieces<'_> {
         }
     }
 
+    /// `encode_in` for a run of pieces that each end where the next starts: from
+    /// `start` to `base` plus the place of each bit of `ends`, from the lowest.
+    /// Returns the end of the last. The run's hits are one loop over the table
+    /// itself, with nothing to reload from memory between pieces.
+    #[inline(always)]
+    pub fn encode_run(
+        &mut self,
+        text: &[u8],
+        mut start: usize,
+        base: usize,
+        mut ends: u64,
+        out: &mut Vec<u32>,
+    ) -> usize {
+        while let Some(end) = recent_hits(&self.cache.recent.slots, text, &mut start, base, &mut ends, out) {
+            self.encode_uncommon(&text[start..end], inline_key_in(text, start, end), out);
+            start = end;
+        }
+        start
+    }
+
     /// A piece not among the recent ones, whose `inline_key` is `inline`: out of
     /// line, so that the common case stays small where it is inlined.
     #[inline(never)]
@@ -482,6 +496,53 @@ impl Pieces<'_> {
             cache.insert(piece, key, start, out);
         }
     }
+}
+
+/// Appends the ids of the run's pieces (see `Pieces::encode_run`) while the table
+/// of recent pieces has them, moving `start` and `ends` past each; stops at the
+/// first it has not, giving its end (its bit is taken out of `ends`). The table
+/// comes as its own argument and `out`'s room as a local slice, so that nothing
+/// is reloaded from memory between pieces, and a hit's key never leaves registers.
+#[inline(always)]
+fn recent_hits(
+    slots: &[RecentSlot; RECENT_SLOTS],
+    text: &[u8],
+    start: &mut usize,
+    base: usize,
+    ends: &mut u64,
+    out: &mut Vec<u32>,
+) -> Option<usize> {
+    // Room for every piece's ids as a hit writes them, `INLINE_IDS` and the
+    // length after them, so that each is written with no call and no check.
+    let room = ends.count_ones() as usize * INLINE_IDS + 1;
+    out.reserve(room);
+    let filled = out.len();
+    let spare = &mut out.spare_capacity_mut()[..room];
+    let mut written = 0;
+    let mut missed = None;
+    while *ends != 0 {
+        let end = base + ends.trailing_zeros() as usize;
+        *ends &= *ends - 1;
+        let hit = inline_key_in(text, *start, end)
+            .map(|key| (key, &slots[RecentPieces::slot(key)]))
+            .filter(|(key, slot)| slot.key == *key);
+        let Some((_, slot)) = hit else {
+            missed = Some(end);
+            break;
+        };
+        // All the slots are copied and as many ids as there are counted in (see
+        // `InlineIds::push_to`).
+        debug_assert!(written + INLINE_IDS < room);
+        // SAFETY: `room` has `INLINE_IDS` slots for each bit `ends` had, and one
+        // more; each hit takes one bit and adds at most `INLINE_IDS` to `written`,
+        // so `INLINE_IDS + 1` slots from `written` are within it.
+        unsafe { spare.as_mut_ptr().add(written).cast::<InlineIds>().write_unaligned(slot.ids) };
+        written += (slot.ids.len as usize).min(INLINE_IDS);
+        *start = end;
+    }
+    // SAFETY: the `written` spare slots after the first `filled` were just written.
+    unsafe { out.set_len(filled + written) };
+    missed
 }
 
 impl BytePairMerger {
@@ -674,6 +735,39 @@ mod tests {
             let ways = merged_every_way(&GPT2, &piece);
             prop_assert!(ways.windows(2).all(|pair| pair[0] == pair[1]), "{:?}", ways);
         }
+    }
+
+    #[test]
+    fn a_run_of_pieces_gives_the_ids_of_each_piece_alone() {
+        // Words new to the cache, then seen (misses and hits of the recent table),
+        // pieces longer than a key, and runs across 64-byte blocks.
+        let text = " the zqxv the dog the zqxvlogue the cat aaaaaaaaaaaaaaaaaaaaaaaaaaaaa the dog the end".repeat(3);
+        let text = text.as_bytes();
+        let starts: Vec<usize> = (1..text.len()).filter(|&at| text[at] == b' ').collect();
+        let in_runs = || {
+            let (mut pieces, mut out, mut start) = (GPT2.pieces(), Vec::new(), 0);
+            for base in (1..text.len()).step_by(64) {
+                let in_block = starts.iter().filter(|&&at| (base..base + 64).contains(&at));
+                start = pieces.encode_run(
+                    text,
+                    start,
+                    base,
+                    in_block.fold(0, |bits, at| bits | 1 << (at - base)),
+                    &mut out,
+                );
+            }
+            pieces.encode_in(text, start, text.len(), &mut out);
+            out
+        };
+        let first = in_runs();
+        let mut alone = Vec::new();
+        let mut start = 0;
+        for &end in starts.iter().chain([&text.len()]) {
+            GPT2.pieces().encode_in(text, start, end, &mut alone);
+            start = end;
+        }
+        assert_eq!(first, alone);
+        assert_eq!(in_runs(), alone);
     }
 
     fn piece(n: usize) -> Vec<u8> {

@@ -12,9 +12,9 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use super::added::{AddedTokens, Part};
-use super::bpe::BytePairMerger;
+use super::bpe::{BytePairMerger, Pieces};
 use super::kind::EncoderKind;
-use super::pretokenize::PreTokenizer;
+use super::pretokenize::{PieceSink, PreTokenizer};
 use super::recognize::{self, JoinablePairs};
 use super::serialized::Serialized;
 
@@ -133,18 +133,35 @@ impl FastEncoder {
         self.added.for_each_part(text, &mut |part| match (part, &self.split) {
             (Part::Token(id), _) => ids.push(id),
             (Part::Text(text), Split::Regex(pre_tokenizer)) => {
-                pre_tokenizer.for_each_piece(text, &mut spans, |start, end| {
-                    pieces.encode_in(text.as_bytes(), start, end, &mut ids);
-                })
+                let sink = EncodeInto { pieces: &mut pieces, text: text.as_bytes(), ids: &mut ids };
+                pre_tokenizer.for_each_piece(text, &mut spans, sink)
             }
             (Part::Text(text), Split::Metaspace { prepend, joinable }) => {
                 metaspace_normalize(text, *prepend, &mut normalized);
-                for_each_unjoinable_piece(&normalized, joinable, |start, end| {
-                    pieces.encode_in(normalized.as_bytes(), start, end, &mut ids)
-                });
+                let sink = EncodeInto { pieces: &mut pieces, text: normalized.as_bytes(), ids: &mut ids };
+                for_each_unjoinable_piece(&normalized, joinable, sink);
             }
         });
         Some(ids)
+    }
+}
+
+/// Encodes each piece of `text` it is given onto `ids`, inlined where the piece is found.
+struct EncodeInto<'p, 'a, 't> {
+    pieces: &'p mut Pieces<'a>,
+    text: &'t [u8],
+    ids: &'p mut Vec<u32>,
+}
+
+impl PieceSink for EncodeInto<'_, '_, '_> {
+    #[inline(always)]
+    fn take(&mut self, start: usize, end: usize) {
+        self.pieces.encode_in(self.text, start, end, self.ids);
+    }
+
+    #[inline(always)]
+    fn take_run(&mut self, start: usize, base: usize, ends: u64) -> usize {
+        self.pieces.encode_run(self.text, start, base, ends, self.ids)
     }
 }
 
@@ -171,18 +188,18 @@ fn metaspace_normalize(text: &str, prepend: bool, out: &mut String) {
 
 /// Calls `on_piece` with the byte range of each piece of `text` between two
 /// characters no token holds side by side.
-fn for_each_unjoinable_piece(text: &str, joinable: &JoinablePairs, mut on_piece: impl FnMut(usize, usize)) {
+fn for_each_unjoinable_piece(text: &str, joinable: &JoinablePairs, mut on_piece: impl PieceSink) {
     let mut start = 0;
     let mut chars = text.char_indices();
     let Some((_, mut previous)) = chars.next() else { return };
     for (at, c) in chars {
         if !joinable.contains(previous, c) {
-            on_piece(start, at);
+            on_piece.take(start, at);
             start = at;
         }
         previous = c;
     }
-    on_piece(start, text.len());
+    on_piece.take(start, text.len());
 }
 
 #[cfg(test)]

@@ -38,6 +38,34 @@ pub struct SplitStep {
 /// A byte range of the text being split.
 pub type Span = (usize, usize);
 
+/// What a text's pre-tokens go to, as byte ranges in order. Any `FnMut(usize,
+/// usize)` is one. The encoder's own is a type whose method is always inlined:
+/// LLVM kept a closure's body out of line, as a call with its own prologue for
+/// every piece, where the common case is a few instructions.
+pub trait PieceSink {
+    fn take(&mut self, start: usize, end: usize);
+
+    /// The pieces from `start` to `base` plus the place of each bit of `ends`,
+    /// from the lowest, each ending where the next starts; returns the last end.
+    #[inline(always)]
+    fn take_run(&mut self, mut start: usize, base: usize, mut ends: u64) -> usize {
+        while ends != 0 {
+            let end = base + ends.trailing_zeros() as usize;
+            ends &= ends - 1;
+            self.take(start, end);
+            start = end;
+        }
+        start
+    }
+}
+
+impl<F: FnMut(usize, usize)> PieceSink for F {
+    #[inline(always)]
+    fn take(&mut self, start: usize, end: usize) {
+        self(start, end)
+    }
+}
+
 pub struct PreTokenizer {
     steps: Vec<SplitStep>,
 }
@@ -51,7 +79,7 @@ impl PreTokenizer {
     /// is scratch space. One `Isolated` step, the byte-level families' shape, keeps
     /// every part of its pattern's partition, so the parts go straight from the
     /// pattern to `on_piece` without being collected first.
-    pub fn for_each_piece(&self, text: &str, spans: &mut Vec<Span>, mut on_piece: impl FnMut(usize, usize)) {
+    pub fn for_each_piece(&self, text: &str, spans: &mut Vec<Span>, mut on_piece: impl PieceSink) {
         if let [step] = &self.steps[..]
             && step.behavior == Behavior::Isolated
         {
@@ -61,13 +89,13 @@ impl PreTokenizer {
             }
             for_each_part(&step.regex, text, |(start, end), _| {
                 if start != end {
-                    on_piece(start, end);
+                    on_piece.take(start, end);
                 }
             });
             return;
         }
         self.split(text, spans);
-        spans.iter().for_each(|&(start, end)| on_piece(start, end));
+        spans.iter().for_each(|&(start, end)| on_piece.take(start, end));
     }
 
     /// The non-empty pre-tokens of `text`, as byte ranges, in order.

@@ -20,6 +20,7 @@ use regex_syntax::hir::{Class, HirKind};
 
 use super::ascii_windows::{AsciiClass, AsciiWindows, Stop};
 use super::patterns::{BYTE_LEVEL_PATTERN, LLAMA3_PATTERN, O200K_PATTERN, QWEN2_PATTERN};
+use super::pretokenize::PieceSink;
 
 /// The contractions both families split off, in the patterns' order.
 const CONTRACTIONS: [&str; 7] = ["s", "t", "re", "ve", "m", "ll", "d"];
@@ -120,7 +121,7 @@ impl Scanner {
     }
 
     /// Calls `on_match` with each match's byte range in `text`, left to right.
-    pub fn for_each_match(&self, text: &str, mut on_match: impl FnMut(usize, usize)) {
+    pub fn for_each_match(&self, text: &str, mut on_match: impl PieceSink) {
         let mut at = 0;
         // Matches that start before here are found one at a time: the table
         // (where there is one) stopped at a byte it cannot decide.
@@ -142,7 +143,7 @@ impl Scanner {
                 Family::Cl100k { digits } => self.cl100k_match(text, at, digits),
                 Family::O200k => self.o200k_match(text, at),
             };
-            on_match(at, end);
+            on_match.take(at, end);
             at = end;
         }
     }
