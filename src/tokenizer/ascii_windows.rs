@@ -2,7 +2,7 @@
 //! text, 64 bytes at a time: whether a match starts at a byte depends only on the
 //! kinds of the two bytes before it, itself and the next, once contractions and
 //! groups of digits are set aside. So a block's bytes are sorted into kinds, one bit per byte
-//! in a `u64` per kind (by SSE2 on x86-64, 16 bytes per instruction), the rules
+//! in a `u64` per kind (by AVX2 or SSE2 on x86-64, 32 or 16 bytes per instruction), the rules
 //! below are operations on those bits, shifted one or two bytes to see the
 //! neighbours, and the matches are read off the bits of the starts. No branch
 //! depends on the text: pieces are a few bytes long and vary, and a scanner that
@@ -119,9 +119,18 @@ enum Family {
 pub struct AsciiWindows {
     family: Family,
     kinds: [u8; 256],
-    /// Whether `classify_sse2` gives the kinds of `kinds` (checked on every byte
-    /// when the table is made), so that blocks are read 16 bytes per instruction.
-    sse2: bool,
+    /// How blocks are sorted into kinds.
+    sort: Sort,
+}
+
+/// How a block's bytes are sorted into kinds: 32 or 16 at a time where the CPU
+/// can and the SIMD sort gives the kinds of the table (checked on every byte when
+/// the table is made), else one at a time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Sort {
+    Avx2,
+    Sse2,
+    Scalar,
 }
 
 /// Where `AsciiWindows::matches_from` stopped.
@@ -207,18 +216,19 @@ impl AsciiWindows {
                 (AsciiClass::Whitespace, _) => BREAK,
             };
         }
-        let mut windows = AsciiWindows { family, kinds, sse2: false };
-        windows.sse2 = windows.sse2_agrees();
+        let mut windows = AsciiWindows { family, kinds, sort: Sort::Scalar };
+        windows.sort =
+            [Sort::Avx2, Sort::Sse2].into_iter().find(|&sort| windows.sorts_as_table(sort)).unwrap_or(Sort::Scalar);
         windows
     }
 
-    /// Whether `classify_sse2`, which knows ASCII's Unicode classes, gives every
-    /// byte the kind the scanner's tables give it.
-    fn sse2_agrees(&self) -> bool {
+    /// Whether `sort`, which knows ASCII's Unicode classes, runs on this CPU and
+    /// gives every byte the kind the scanner's tables give it.
+    fn sorts_as_table(&self, sort: Sort) -> bool {
         let every_byte: Vec<u8> = (0..=u8::MAX).collect();
         every_byte.chunks_exact(BLOCK).all(|block| {
             let block = block.try_into().unwrap_or([0; BLOCK]);
-            classify_sse2(&block, self.kinds_apart()) == Some(self.classify_scalar(&block))
+            classify_simd(sort, &block, self.kinds_apart()) == Some(self.classify_scalar(&block))
         })
     }
 
@@ -257,7 +267,7 @@ impl AsciiWindows {
     }
 
     fn classify_block(&self, block: [u8; BLOCK]) -> KindBits {
-        match self.sse2.then(|| classify_sse2(&block, self.kinds_apart())).flatten() {
+        match classify_simd(self.sort, &block, self.kinds_apart()) {
             Some(bits) => bits,
             None => self.classify_scalar(&block),
         }
@@ -407,7 +417,7 @@ impl AsciiWindows {
 
 /// The kinds a family gives line breaks and capitals.
 #[derive(Clone, Copy)]
-// Read by the SSE2 sort only; elsewhere `kinds` holds the same.
+// Read by the SIMD sorts only; elsewhere `kinds` holds the same.
 #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 struct KindsApart {
     newline: u8,
@@ -419,56 +429,116 @@ fn below_lowest(bits: u64) -> u64 {
     bits.wrapping_sub(1) & !bits
 }
 
-/// The kinds of a block by SSE2 (part of every x86-64 CPU), 16 bytes at a time,
-/// for ASCII's Unicode classes (letters `A-Za-z`, numbers `0-9`, whitespace
-/// `\t\n\x0B\x0C\r` and the space); `None` on other CPUs.
-#[cfg(target_arch = "x86_64")]
-fn classify_sse2(block: &[u8; BLOCK], apart: KindsApart) -> Option<KindBits> {
-    // SAFETY: SSE2 is part of x86-64, so every CPU this runs on has it.
-    Some(unsafe { classify_with_sse2(block, apart) })
+/// The kinds of a block by `sort`, for ASCII's Unicode classes (letters
+/// `A-Za-z`, numbers `0-9`, whitespace `\t\n\x0B\x0C\r` and the space); `None`
+/// where the CPU cannot run it, and for `Sort::Scalar`.
+fn classify_simd(sort: Sort, block: &[u8; BLOCK], apart: KindsApart) -> Option<KindBits> {
+    #[cfg(target_arch = "x86_64")]
+    match sort {
+        // SAFETY: SSE2 is part of x86-64, so every CPU this runs on has it.
+        Sort::Sse2 => return Some(unsafe { classify_with_sse2(block) }.kinds(apart)),
+        Sort::Avx2 if std::arch::is_x86_feature_detected!("avx2") => {
+            // SAFETY: the CPU has AVX2, checked just above.
+            return Some(unsafe { classify_with_avx2(block) }.kinds(apart));
+        }
+        _ => {}
+    }
+    let _ = (sort, block, apart);
+    None
 }
 
+/// A block's bytes by ASCII class, one bit per byte, as the SIMD sorts find them.
+#[derive(Default)]
+// Built by the SIMD sorts only.
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+struct ClassMasks {
+    upper: u64,
+    lower: u64,
+    number: u64,
+    space: u64,
+    /// `\t\n\x0B\x0C\r`
+    controls: u64,
+    /// `\n\r`
+    newlines: u64,
+    non_ascii: u64,
+    slashes: u64,
+    apostrophes: u64,
+}
+
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+impl ClassMasks {
+    fn kinds(&self, apart: KindsApart) -> KindBits {
+        let mut bits = KindBits { slashes: self.slashes, apostrophes: self.apostrophes, ..KindBits::default() };
+        bits.add(LETTER, self.lower);
+        bits.add(apart.upper, self.upper);
+        bits.add(NUMBER, self.number);
+        bits.add(SPACE, self.space);
+        bits.add(apart.newline, self.newlines);
+        bits.add(BREAK, self.controls & !self.newlines);
+        bits.add(STOP, self.non_ascii);
+        bits.add(OTHER, !(self.upper | self.lower | self.number | self.space | self.controls | self.non_ascii));
+        bits
+    }
+}
+
+/// A block by SSE2, 16 bytes at a time.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "sse2")]
-fn classify_with_sse2(block: &[u8; BLOCK], apart: KindsApart) -> KindBits {
+fn classify_with_sse2(block: &[u8; BLOCK]) -> ClassMasks {
     use std::arch::x86_64::*;
-    let mut bits = KindBits::default();
+    let mut masks = ClassMasks::default();
     for (chunk, at) in block.chunks_exact(16).zip((0..BLOCK).step_by(16)) {
         // SAFETY: an unaligned load of the 16 bytes of `chunk`.
         let bytes = unsafe { _mm_loadu_si128(chunk.as_ptr().cast()) };
         let byte = |value: u8| _mm_set1_epi8(value as i8);
+        let equal = |value: u8| _mm_cmpeq_epi8(bytes, byte(value));
         // Bytes from `low` to `low + count - 1`: the offset from `low`, unsigned,
         // is at most `count - 1`.
-        let in_range = |bytes: __m128i, low: u8, count: u8| {
+        let in_range = |low: u8, count: u8| {
             let offset = _mm_sub_epi8(bytes, byte(low));
             _mm_cmpeq_epi8(_mm_min_epu8(offset, byte(count - 1)), offset)
         };
         let mask = |lanes: __m128i| u64::from(_mm_movemask_epi8(lanes) as u16) << at;
-        let (upper, lower) = (in_range(bytes, b'A', 26), in_range(bytes, b'a', 26));
-        let letter = _mm_or_si128(upper, lower);
-        let number = in_range(bytes, b'0', 10);
-        let space = _mm_cmpeq_epi8(bytes, byte(b' '));
-        let controls = in_range(bytes, b'\t', 5);
-        let newline = _mm_or_si128(_mm_cmpeq_epi8(bytes, byte(b'\n')), _mm_cmpeq_epi8(bytes, byte(b'\r')));
-        let non_ascii = mask(bytes);
-        bits.add(LETTER, mask(lower));
-        bits.add(apart.upper, mask(upper));
-        bits.add(NUMBER, mask(number));
-        bits.add(SPACE, mask(space));
-        bits.add(apart.newline, mask(newline));
-        bits.add(BREAK, mask(_mm_andnot_si128(newline, controls)));
-        bits.add(STOP, non_ascii);
-        let classified = _mm_or_si128(_mm_or_si128(letter, number), _mm_or_si128(space, controls));
-        bits.add(OTHER, !(mask(classified) | non_ascii) & 0xFFFF << at);
-        bits.slashes |= mask(_mm_cmpeq_epi8(bytes, byte(b'/')));
-        bits.apostrophes |= mask(_mm_cmpeq_epi8(bytes, byte(b'\'')));
+        masks.upper |= mask(in_range(b'A', 26));
+        masks.lower |= mask(in_range(b'a', 26));
+        masks.number |= mask(in_range(b'0', 10));
+        masks.space |= mask(equal(b' '));
+        masks.controls |= mask(in_range(b'\t', 5));
+        masks.newlines |= mask(_mm_or_si128(equal(b'\n'), equal(b'\r')));
+        masks.non_ascii |= mask(bytes);
+        masks.slashes |= mask(equal(b'/'));
+        masks.apostrophes |= mask(equal(b'\''));
     }
-    bits
+    masks
 }
 
-#[cfg(not(target_arch = "x86_64"))]
-fn classify_sse2(_block: &[u8; BLOCK], _apart: KindsApart) -> Option<KindBits> {
-    None
+/// A block by AVX2, 32 bytes at a time: the same steps as `classify_with_sse2`.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+fn classify_with_avx2(block: &[u8; BLOCK]) -> ClassMasks {
+    use std::arch::x86_64::*;
+    let mut masks = ClassMasks::default();
+    for (chunk, at) in block.chunks_exact(32).zip((0..BLOCK).step_by(32)) {
+        // SAFETY: an unaligned load of the 32 bytes of `chunk`.
+        let bytes = unsafe { _mm256_loadu_si256(chunk.as_ptr().cast()) };
+        let byte = |value: u8| _mm256_set1_epi8(value as i8);
+        let equal = |value: u8| _mm256_cmpeq_epi8(bytes, byte(value));
+        let in_range = |low: u8, count: u8| {
+            let offset = _mm256_sub_epi8(bytes, byte(low));
+            _mm256_cmpeq_epi8(_mm256_min_epu8(offset, byte(count - 1)), offset)
+        };
+        let mask = |lanes: __m256i| u64::from(_mm256_movemask_epi8(lanes) as u32) << at;
+        masks.upper |= mask(in_range(b'A', 26));
+        masks.lower |= mask(in_range(b'a', 26));
+        masks.number |= mask(in_range(b'0', 10));
+        masks.space |= mask(equal(b' '));
+        masks.controls |= mask(in_range(b'\t', 5));
+        masks.newlines |= mask(_mm256_or_si256(equal(b'\n'), equal(b'\r')));
+        masks.non_ascii |= mask(bytes);
+        masks.slashes |= mask(equal(b'/'));
+        masks.apostrophes |= mask(equal(b'\''));
+    }
+    masks
 }
 
 #[cfg(test)]
@@ -639,16 +709,40 @@ mod tests {
     }
 
     #[test]
-    fn blocks_are_read_sixteen_bytes_at_a_time_where_the_cpu_can() {
+    fn blocks_are_read_many_bytes_at_a_time_where_the_cpu_can() {
         for windows in
             [AsciiWindows::gpt2(&ascii()), AsciiWindows::cl100k(&ascii(), 1), AsciiWindows::o200k(&cased_ascii())]
         {
-            assert_eq!(windows.sse2, cfg!(target_arch = "x86_64"));
+            assert_eq!(windows.sort != Sort::Scalar, cfg!(target_arch = "x86_64"));
+            #[cfg(target_arch = "x86_64")]
+            if std::arch::is_x86_feature_detected!("avx2") {
+                assert_eq!(windows.sort, Sort::Avx2);
+            }
+            // Each sort the CPU runs gives the kinds byte by byte gives, on blocks
+            // of every byte and of every mix of classes.
+            let mut blocks: Vec<[u8; BLOCK]> =
+                (0..=u8::MAX).collect::<Vec<_>>().chunks_exact(BLOCK).map(|block| block.try_into().unwrap()).collect();
+            let mut state = 0x9e37_79b9_7f4a_7c15_u64;
+            blocks.extend((0..1000).map(|_| {
+                std::array::from_fn(|_| {
+                    state ^= state << 13;
+                    state ^= state >> 7;
+                    state ^= state << 17;
+                    b"aZ09 \t\n\r\x0b\x0c/'_-\x80\xff"[(state % 16) as usize]
+                })
+            }));
+            for sort in [Sort::Avx2, Sort::Sse2] {
+                for block in &blocks {
+                    if let Some(bits) = classify_simd(sort, block, windows.kinds_apart()) {
+                        assert_eq!(bits, windows.classify_scalar(block), "{sort:?} {block:?}");
+                    }
+                }
+            }
         }
         // Classes other than Unicode's (`_` a letter) are read a byte at a time.
         let mut unusual = ascii();
         unusual[usize::from(b'_')] = AsciiClass::Letter;
-        assert!(!AsciiWindows::gpt2(&unusual).sse2);
+        assert_eq!(AsciiWindows::gpt2(&unusual).sort, Sort::Scalar);
     }
 
     #[test]
