@@ -345,7 +345,7 @@ mod tests {
             Just("false".to_string()),
             "-?(0|[1-9][0-9]{0,3})(\\.[0-9]{1,3})?([eE][+-]?[0-9]{1,3})?",
             // Escapes of every kind; `\u` below D800 or from E000, or a surrogate pair.
-            "\"([a-z\u{e9}\u{1F680} /]|\\\\[\"\\\\/bfnrt]|\\\\u00[0-7][0-9a-fA-F]|\\\\u[0-9a-cA-C][0-9a-f]{3}|\\\\u[eE][0-9a-f]{3}|\\\\ud83d\\\\ude80){0,6}\"",
+            "\"([a-z\u{e9}\u{1F680} /]|\\\\[\"\\\\/bfnrt]|\\\\u00[0-7][0-9a-fA-F]|\\\\u[0-9a-cA-C][0-9a-f]{3}|\\\\u[eE][0-9a-f]{3}|\\\\ud83d\\\\ude80){0,24}\"",
         ];
         leaf.prop_recursive(4, 24, 4, move |inner| {
             let key =
@@ -389,6 +389,24 @@ mod tests {
         fn an_answer_given_here_is_the_serde_path_answer(json in json_like()) {
             if let Some(found) = extract(&pile_fields(), &json, 2) {
                 prop_assert_eq!(Ok(found), serde_answer(&json), "{}", json);
+            }
+        }
+    }
+
+    #[test]
+    fn escaped_strings_decode_as_serde_decodes_them_wherever_blocks_cut() {
+        // Plain runs of every length around a 16-byte block, with two- and
+        // four-byte characters across a block's end, between escapes of each kind.
+        for length in 0..40 {
+            for escape in [r#"\n"#, r#"\""#, r#"\\"#, r#"\u00e9"#, r#"\ud83d\ude80"#] {
+                let run: String = (0..length).map(|i| ['a', '\u{e9}', '\u{1F680}', ' '][i % 4]).collect();
+                let json = format!(r#"{{"text": "{run}{escape}{run}{escape}x"}}"#);
+                let read = extract(&pile_fields(), &json, 2);
+                if escape.starts_with(r#"\ud83d"#) {
+                    assert_eq!(read, None, "surrogates go to serde");
+                } else {
+                    assert_eq!(Ok(read.expect(&json)), serde_answer(&json), "{json}");
+                }
             }
         }
     }
