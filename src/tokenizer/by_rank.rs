@@ -47,7 +47,12 @@ struct Waiting {
     heads: Vec<u32>,
     /// One bit per rank, set while its bucket holds entries.
     occupied: Vec<u64>,
-    /// No word of `occupied` before this one has a bit set.
+    /// One bit per word of `occupied`, set while that word has a bit set: the
+    /// next rank is found past a few words of these, not past every word of
+    /// `occupied` (3,125 of them for a vocabulary of 200,000, scanned to the
+    /// end for each piece, made long pieces a fifth of GPT-4o's encoding).
+    occupied_words: Vec<u64>,
+    /// No word of `occupied_words` before this one has a bit set.
     lowest_word: usize,
     entries: Vec<Pair>,
 }
@@ -71,6 +76,7 @@ impl RankBuckets {
         if waiting.heads.len() != ranks {
             waiting.heads = vec![NONE; ranks];
             waiting.occupied = vec![0; ranks.div_ceil(64)];
+            waiting.occupied_words = vec![0; ranks.div_ceil(64 * 64)];
         }
         waiting.entries.clear();
         waiting.lowest_word = 0;
@@ -100,11 +106,16 @@ impl Waiting {
     /// The lowest rank with a bucket, marked empty (its entries are taken next).
     /// The search starts at the last rank taken, since none below it fills again.
     fn take_lowest_rank(&mut self) -> Option<usize> {
-        let words = &mut self.occupied[self.lowest_word..];
-        let (offset, bits) = words.iter_mut().enumerate().find(|(_, bits)| **bits != 0)?;
+        let summary = &mut self.occupied_words[self.lowest_word..];
+        let (offset, words) = summary.iter_mut().enumerate().find(|(_, words)| **words != 0)?;
         self.lowest_word += offset;
-        let rank = self.lowest_word * 64 + bits.trailing_zeros() as usize;
+        let word = self.lowest_word * 64 + words.trailing_zeros() as usize;
+        let bits = &mut self.occupied[word];
+        let rank = word * 64 + bits.trailing_zeros() as usize;
         *bits &= *bits - 1;
+        if *bits == 0 {
+            *words &= *words - 1;
+        }
         Some(rank)
     }
 
@@ -129,6 +140,7 @@ impl Waiting {
         self.entries.push(Pair { next: self.heads[rank], at, left: symbol.id, right: right.id, id: merge.id });
         self.heads[rank] = (self.entries.len() - 1) as u32;
         self.occupied[rank / 64] |= 1 << (rank % 64);
+        self.occupied_words[rank / (64 * 64)] |= 1 << (rank / 64 % 64);
     }
 }
 
