@@ -45,7 +45,7 @@
 //! starts a match every `digits` digits for cl100k and o200k. Both are applied as
 //! the matches are given.
 
-use super::pretokenize::PieceSink;
+use super::piece_sink::PieceSink;
 
 /// What the scanner's tables say an ASCII character is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -14,7 +14,8 @@ use serde_json::Value;
 use super::added::{AddedTokens, Part};
 use super::bpe::{BytePairMerger, Pieces};
 use super::kind::EncoderKind;
-use super::pretokenize::{PieceSink, PreTokenizer};
+use super::piece_sink::PieceSink;
+use super::pretokenize::PreTokenizer;
 use super::recognize::{self, JoinablePairs};
 use super::serialized::Serialized;
 

@@ -26,6 +26,7 @@ mod for_readers;
 mod gpt2;
 mod kind;
 mod patterns;
+mod piece_sink;
 mod pretokenize;
 mod ranks;
 mod recognize;

@@ -4,6 +4,7 @@
 //! `behavior` and `invert` say. Patterns mean what they mean to `fancy-regex`,
 //! the engine the `tokenizers` build here uses (see `split_regex`).
 
+use super::piece_sink::PieceSink;
 use super::split_regex::SplitRegex;
 
 /// What `Split` does with the parts its pattern matches (`SplitDelimiterBehavior`).
@@ -37,34 +38,6 @@ pub struct SplitStep {
 
 /// A byte range of the text being split.
 pub type Span = (usize, usize);
-
-/// What a text's pre-tokens go to, as byte ranges in order. Any `FnMut(usize,
-/// usize)` is one. The encoder's own is a type whose method is always inlined:
-/// LLVM kept a closure's body out of line, as a call with its own prologue for
-/// every piece, where the common case is a few instructions.
-pub trait PieceSink {
-    fn take(&mut self, start: usize, end: usize);
-
-    /// The pieces from `start` to `base` plus the place of each bit of `ends`,
-    /// from the lowest, each ending where the next starts; returns the last end.
-    #[inline(always)]
-    fn take_run(&mut self, mut start: usize, base: usize, mut ends: u64) -> usize {
-        while ends != 0 {
-            let end = base + ends.trailing_zeros() as usize;
-            ends &= ends - 1;
-            self.take(start, end);
-            start = end;
-        }
-        start
-    }
-}
-
-impl<F: FnMut(usize, usize)> PieceSink for F {
-    #[inline(always)]
-    fn take(&mut self, start: usize, end: usize) {
-        self(start, end)
-    }
-}
 
 pub struct PreTokenizer {
     steps: Vec<SplitStep>,

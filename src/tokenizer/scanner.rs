@@ -20,7 +20,7 @@ use regex_syntax::hir::{Class, HirKind};
 
 use super::ascii_windows::{AsciiClass, AsciiWindows, Stop};
 use super::patterns::{BYTE_LEVEL_PATTERN, LLAMA3_PATTERN, O200K_PATTERN, QWEN2_PATTERN};
-use super::pretokenize::PieceSink;
+use super::piece_sink::PieceSink;
 
 /// The contractions both families split off, in the patterns' order.
 const CONTRACTIONS: [&str; 7] = ["s", "t", "re", "ve", "m", "ll", "d"];
