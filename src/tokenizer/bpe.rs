@@ -171,7 +171,14 @@ impl RecentPieces {
     }
 
     fn get(&self, key: u128) -> Option<&InlineIds> {
-        let slot = &self.slots[Self::slot(key)];
+        Self::find(&self.slots, key)
+    }
+
+    /// The ids of `key` in `slots`; a function of the table itself, so that a
+    /// loop over many pieces keeps the table's address in a register (see
+    /// `recent_hits`).
+    fn find(slots: &[RecentSlot; RECENT_SLOTS], key: u128) -> Option<&InlineIds> {
+        let slot = &slots[Self::slot(key)];
         (slot.key == key).then_some(&slot.ids)
     }
 
@@ -526,10 +533,7 @@ fn recent_hits(
     while *ends != 0 {
         let end = base + ends.trailing_zeros() as usize;
         *ends &= *ends - 1;
-        let hit = inline_key_in(text, *start, end)
-            .map(|key| (key, &slots[RecentPieces::slot(key)]))
-            .filter(|(key, slot)| slot.key == *key);
-        let Some((_, slot)) = hit else {
+        let Some(ids) = inline_key_in(text, *start, end).and_then(|key| RecentPieces::find(slots, key)) else {
             missed = Some(end);
             break;
         };
@@ -539,8 +543,8 @@ fn recent_hits(
         // SAFETY: `room` has `INLINE_IDS` slots for each bit `ends` had, and one
         // more; each hit takes one bit and adds at most `INLINE_IDS` to `written`,
         // so `INLINE_IDS + 1` slots from `written` are within it.
-        unsafe { spare.as_mut_ptr().add(written).cast::<InlineIds>().write_unaligned(slot.ids) };
-        written += (slot.ids.len as usize).min(INLINE_IDS);
+        unsafe { spare.as_mut_ptr().add(written).cast::<InlineIds>().write_unaligned(*ids) };
+        written += (ids.len as usize).min(INLINE_IDS);
         *start = end;
     }
     // SAFETY: the `written` spare slots after the first `filled` were just written.
