@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use arrow_array::{ArrayRef, Int8Array, Int32Array, ListArray, RecordBatch, UInt16Array, UInt32Array};
-use arrow_buffer::OffsetBuffer;
+use arrow_buffer::{OffsetBuffer, ScalarBuffer};
 use arrow_ipc::writer::StreamWriter;
 use arrow_schema::{DataType, Field, Schema};
 
@@ -143,16 +143,21 @@ impl<F: Fn(usize) -> PathBuf> PartWriter<F> {
         if rows == 0 {
             return Ok(());
         }
-        let batch = build_batch(&self.columns, &self.schema, &self.offsets, &self.values);
         let tokens = self.values.len() as u64;
+        let (batch, lent) = build_batch(&self.columns, &self.schema, &self.offsets, &mut self.values);
         self.offsets.truncate(1);
-        self.values.clear();
         if self.open.is_none() {
             let path = (self.part_path)(self.finished.len());
             self.open = Some(open_part(&path, &self.schema)?);
         }
         let part = self.open.as_mut().expect("opened above");
-        if let Err(source) = part.writer.write(&batch) {
+        let written = part.writer.write(&batch);
+        drop(batch);
+        if let Some(values) = lent.and_then(|lent| lent.into_inner().into_vec::<u32>().ok()) {
+            self.values = values;
+        }
+        self.values.clear();
+        if let Err(source) = written {
             return Err(WriteError::Arrow { path: part.writer.get_ref().path().to_path_buf(), source });
         }
         part.rows += rows as u64;
@@ -188,27 +193,41 @@ fn open_part(path: &Path, schema: &Schema) -> Result<OpenPart, WriteError> {
     Ok(OpenPart { writer, rows: 0, tokens: 0 })
 }
 
-fn build_batch(columns: &Columns, schema: &Arc<Schema>, offsets: &[i32], values: &[u32]) -> RecordBatch {
+/// The record batch of rows ending at `offsets` in `values`. `uint32` ids, the
+/// common type, become the token column as they are, with no copy: `values` is
+/// lent to the batch and comes back as the buffer returned, whose memory is
+/// `values`' again once the batch is dropped (see `ScalarBuffer::into_inner`).
+fn build_batch(
+    columns: &Columns,
+    schema: &Arc<Schema>,
+    offsets: &[i32],
+    values: &mut Vec<u32>,
+) -> (RecordBatch, Option<ScalarBuffer<u32>>) {
     let list = |data_type: DataType, values: ArrayRef| -> ArrayRef {
         let field = Arc::new(Field::new("item", data_type, true));
         Arc::new(ListArray::new(field, OffsetBuffer::new(offsets.to_vec().into()), values, None))
     };
+    let tokens = values.len();
+    let mut lent = None;
     let token_values: ArrayRef = match columns.token_type {
         // Ids are below the vocabulary size, checked against the type when the tokenizer loads.
         TokenType::Int32 => Arc::new(Int32Array::from_iter_values(values.iter().map(|&v| v as i32))),
         TokenType::Uint16 => Arc::new(UInt16Array::from_iter_values(values.iter().map(|&v| v as u16))),
-        TokenType::Uint32 => Arc::new(UInt32Array::from_iter_values(values.iter().copied())),
+        TokenType::Uint32 => {
+            let buffer = ScalarBuffer::from(std::mem::take(values));
+            lent = Some(buffer.clone());
+            Arc::new(UInt32Array::new(buffer, None))
+        }
     };
     let input_ids = list(columns.token_data_type(), token_values);
     let mut arrays = vec![input_ids.clone()];
     if columns.attention_mask {
-        arrays
-            .push(list(DataType::Int8, Arc::new(Int8Array::from_iter_values(std::iter::repeat_n(1i8, values.len())))));
+        arrays.push(list(DataType::Int8, Arc::new(Int8Array::from_iter_values(std::iter::repeat_n(1i8, tokens)))));
     }
     if columns.labels {
         arrays.push(input_ids);
     }
-    RecordBatch::try_new(schema.clone(), arrays).expect("arrays are built to match the schema")
+    (RecordBatch::try_new(schema.clone(), arrays).expect("arrays are built to match the schema"), lent)
 }
 
 /// A stream file with the schema and no rows: what an empty split holds.
@@ -274,6 +293,37 @@ mod tests {
         let first = batches[0].column(0).as_any().downcast_ref::<ListArray>().unwrap().value(1);
         assert_eq!(first.as_any().downcast_ref::<UInt16Array>().unwrap().values(), &[1, 2, 3]);
         assert_eq!(batches[0].schema().field(1).name(), "attention_mask");
+    }
+
+    #[test]
+    fn uint32_rows_are_written_from_the_rows_own_memory_which_comes_back_for_the_next_batch() {
+        let dir = tempfile::tempdir().unwrap();
+        // Labels share the token column: the buffer has two users in the batch.
+        let columns = Columns { token_type: TokenType::Uint32, labels: true, attention_mask: false };
+        let mut writer = PartWriter::new(columns, 1 << 30, |k| dir.path().join(format!("p{k}.arrow")));
+        let rows = 3 * BATCH_ROWS as u32 + 7;
+        for i in 0..rows {
+            writer.push_row(&[i, u32::MAX - i]).unwrap();
+            if i == BATCH_ROWS as u32 + 1 {
+                assert!(writer.values.capacity() >= 2 * BATCH_ROWS, "the first batch's memory came back");
+            }
+        }
+        let files = writer.finish().unwrap();
+        let bytes = std::fs::read(dir.path().join("p0.arrow")).unwrap();
+        let reader = StreamReader::try_new(&bytes[..], None).unwrap();
+        let mut seen = 0;
+        for batch in reader.map(Result::unwrap) {
+            for column in [0, 1] {
+                let lists = batch.column(column).as_any().downcast_ref::<ListArray>().unwrap();
+                for row in 0..batch.num_rows() {
+                    let i = seen + row as u32;
+                    let ids = lists.value(row);
+                    assert_eq!(ids.as_any().downcast_ref::<UInt32Array>().unwrap().values(), &[i, u32::MAX - i]);
+                }
+            }
+            seen += batch.num_rows() as u32;
+        }
+        assert_eq!((seen, files[0].rows), (rows, rows as u64));
     }
 
     #[test]
