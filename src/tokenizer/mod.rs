@@ -176,6 +176,8 @@ pub struct Parsed {
     /// What this build's `tokenizers` writes for it: formatting of the file and
     /// fields left to their defaults do not matter.
     canonical: String,
+    /// One more than the largest id, added tokens included (see `vocab_size`).
+    vocab_size: u64,
     /// `None` when the spec turns the fast path off.
     fast: Option<Result<FastEncoder, Unsupported>>,
 }
@@ -194,12 +196,23 @@ impl Parsed {
                 .fast_path
                 .then(|| std::thread::Builder::new().spawn_scoped(scope, || fast::Provisional::build(&json)).ok());
             let tokenizer = parse(&source_name, &json)?;
-            let canonical = tokenizer.to_string(false).map_err(load_error)?;
+            // Counting a large vocabulary's ids takes hundredths of a second: done
+            // while the canonical form is written.
+            let (canonical, vocab_size) = std::thread::scope(|scope| {
+                let counting = std::thread::Builder::new().spawn_scoped(scope, || vocab_size(&tokenizer)).ok();
+                let canonical = tokenizer.to_string(false).map_err(load_error);
+                let size = match counting.map(|thread| thread.join()) {
+                    Some(Ok(size)) => size,
+                    _ => vocab_size(&tokenizer),
+                };
+                (canonical, size)
+            });
+            let canonical = canonical?;
             let fast = provisional.map(|thread| match thread.map(|thread| thread.join()) {
                 Some(Ok(Some(provisional))) => provisional.confirm(&canonical),
                 _ => FastEncoder::for_tokenizer_json(&canonical),
             });
-            Ok(Parsed { source_name: source_name.clone(), tokenizer, canonical, fast })
+            Ok(Parsed { source_name: source_name.clone(), tokenizer, canonical, vocab_size, fast })
         })
     }
 }
@@ -286,7 +299,7 @@ impl Encoders {
 
     /// The encoders of the spec's tokenizer, already parsed (by `identity` or `Parsed::read`).
     pub fn from_parsed(spec: &Spec, parsed: Parsed) -> Result<Encoders, TokenizerError> {
-        let Parsed { source_name, tokenizer: mut reference, canonical, fast } = parsed;
+        let Parsed { source_name, tokenizer: mut reference, canonical, vocab_size, fast } = parsed;
         let load_error = |err: &dyn std::fmt::Display| TokenizerError::Load {
             source_name: source_name.clone(),
             message: err.to_string(),
@@ -300,7 +313,6 @@ impl Encoders {
             reference.with_padding(None);
             reference.to_string(false).map_err(|err| load_error(&err))?
         };
-        let vocab_size = vocab_size(&reference);
         let token_type = spec.output.token_type;
         if vocab_size > token_type.max_vocab() {
             return Err(TokenizerError::VocabTooLarge { source_name, vocab_size, token_type: token_type.dtype() });
