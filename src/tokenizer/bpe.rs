@@ -319,6 +319,22 @@ fn inline_key_in(text: &[u8], start: usize, end: usize) -> Option<u128> {
     }
 }
 
+/// `inline_key_in` where the text is known to go on 16 bytes from `start`.
+///
+/// # Safety
+/// `start + 16 <= text.len()`.
+#[inline(always)]
+unsafe fn inline_key_within(text: &[u8], start: usize, end: usize) -> Option<u128> {
+    debug_assert!(start + 16 <= text.len());
+    let len = end - start;
+    if len > INLINE_PIECE_MAX {
+        return None;
+    }
+    // SAFETY: the caller vouches for the 16 bytes from `start`.
+    let window = unsafe { text.as_ptr().add(start).cast::<[u8; 16]>().read_unaligned() };
+    Some(u128::from_le_bytes(window) & KEY_MASKS[len] | (len as u128) << 120)
+}
+
 /// For each length of an inline piece, the mask of its bytes in a 16-byte load:
 /// a table, since a shift by the length would need a branch on which half of
 /// the two registers it falls in.
@@ -530,10 +546,19 @@ fn recent_hits(
     let spare = &mut out.spare_capacity_mut()[..room];
     let mut written = 0;
     let mut missed = None;
+    // Every piece of the run ends in the 64 bytes from `base`: where the text goes
+    // on 16 bytes past them, every key is one load with no bounds to check.
+    let windows_within = text.len() >= base + 64 + 16;
     while *ends != 0 {
         let end = base + ends.trailing_zeros() as usize;
         *ends &= *ends - 1;
-        let Some(ids) = inline_key_in(text, *start, end).and_then(|key| RecentPieces::find(slots, key)) else {
+        let key = if windows_within {
+            // SAFETY: `*start <= end < base + 64`, so the 16 bytes from `*start` are in `text`.
+            unsafe { inline_key_within(text, *start, end) }
+        } else {
+            inline_key_in(text, *start, end)
+        };
+        let Some(ids) = key.and_then(|key| RecentPieces::find(slots, key)) else {
             missed = Some(end);
             break;
         };
