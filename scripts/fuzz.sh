@@ -54,6 +54,12 @@ cargo +nightly fuzz build "${build[@]}" >/dev/null 2>"$root/fuzz/build.log" || {
 }
 [ "$build_only" = 1 ] && exit 0
 
+# The targets write their inputs under the temporary directory: one of this
+# run's own, removed at the end, so that runs leave nothing behind in /tmp.
+scratch=$(mktemp -d "${TMPDIR:-/tmp}/ferry-fuzz.XXXXXX")
+trap 'rm -rf "$scratch"' EXIT
+export TMPDIR=$scratch
+
 failed=0
 for target in "${targets[@]}"; do
   corpus="$root/fuzz/corpus/$target"
