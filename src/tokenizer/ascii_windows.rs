@@ -251,6 +251,7 @@ impl AsciiWindows {
     }
 
     /// The kinds of the `BLOCK` bytes from `from`, `END` past the text's end.
+    #[cfg(test)]
     fn classify(&self, bytes: &[u8], from: usize) -> KindBits {
         Self::classify_by(bytes, from, |block| self.classify_block(block))
     }
@@ -294,7 +295,7 @@ impl AsciiWindows {
             // SAFETY: the CPU has every feature the loop is compiled for, checked just above.
             return unsafe { self.matches_from_avx2(text, at, contraction_end, on_match) };
         }
-        self.matches_by(text, at, contraction_end, on_match, |bytes, from| self.classify(bytes, from))
+        self.matches_by(text, at, contraction_end, on_match, |block| self.classify_block(block))
     }
 
     /// `matches_from` compiled for CPUs with AVX2 (and the bit instructions that
@@ -311,11 +312,10 @@ impl AsciiWindows {
         on_match: &mut impl PieceSink,
     ) -> Stop {
         let apart = self.kinds_apart();
-        let sort = |block: &[u8; BLOCK]| classify_with_avx2(block).kinds(apart);
-        self.matches_by(text, at, contraction_end, on_match, |bytes, from| Self::classify_by(bytes, from, sort))
+        self.matches_by(text, at, contraction_end, on_match, |block| classify_with_avx2(block).kinds(apart))
     }
 
-    /// `matches_from` with `classify` giving the kinds of a block.
+    /// `matches_from` with `sort` giving the kinds of a block.
     #[inline(always)]
     fn matches_by(
         &self,
@@ -323,8 +323,9 @@ impl AsciiWindows {
         at: usize,
         contraction_end: impl Fn(usize) -> Option<usize>,
         on_match: &mut impl PieceSink,
-        classify: impl Fn(&[u8], usize) -> KindBits,
+        sort: impl Fn(&[u8; BLOCK]) -> KindBits,
     ) -> Stop {
+        let classify = |bytes: &[u8], from: usize| Self::classify_by(bytes, from, &sort);
         let bytes = text.as_bytes();
         let kind = |at: usize| bytes.get(at).map_or(END, |&byte| self.kinds[byte as usize]);
         if kind(at) == STOP {
@@ -388,6 +389,7 @@ impl AsciiWindows {
 
     /// The verdicts on a block's bytes, given the blocks on either side: the rules
     /// of the module doc as operations on the bits of all 64 bytes at once.
+    #[inline(always)]
     fn verdicts(&self, before_block: &KindBits, block: &KindBits, after_block: &KindBits) -> Verdicts {
         // Bit `i` of each: whether the byte two back, one back, at or after byte `i`
         // is of `kind`.
@@ -517,6 +519,7 @@ struct ClassMasks {
 
 #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 impl ClassMasks {
+    #[inline(always)]
     fn kinds(&self, apart: KindsApart) -> KindBits {
         let mut bits = KindBits { slashes: self.slashes, apostrophes: self.apostrophes, ..KindBits::default() };
         bits.add(LETTER, self.lower);
@@ -565,6 +568,7 @@ fn classify_with_sse2(block: &[u8; BLOCK]) -> ClassMasks {
 /// A block by AVX2, 32 bytes at a time: the same steps as `classify_with_sse2`.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
+#[inline]
 fn classify_with_avx2(block: &[u8; BLOCK]) -> ClassMasks {
     use std::arch::x86_64::*;
     let mut masks = ClassMasks::default();
