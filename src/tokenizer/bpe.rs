@@ -314,9 +314,15 @@ fn inline_key_in(text: &[u8], start: usize, end: usize) -> Option<u128> {
         return None;
     }
     match text.get(start..).and_then(<[u8]>::first_chunk::<16>) {
-        Some(window) => Some(u128::from_le_bytes(*window) & KEY_MASKS[len] | (len as u128) << 120),
+        Some(window) => Some(key_of_window(*window, len)),
         None => inline_key(&text[start..end]),
     }
+}
+
+/// The `inline_key` of the first `len` bytes of a 16-byte load.
+#[inline(always)]
+fn key_of_window(window: [u8; 16], len: usize) -> u128 {
+    u128::from_le_bytes(window) & KEY_MASKS[len] | (len as u128) << 120
 }
 
 /// `inline_key_in` where the text is known to go on 16 bytes from `start`.
@@ -332,7 +338,7 @@ unsafe fn inline_key_within(text: &[u8], start: usize, end: usize) -> Option<u12
     }
     // SAFETY: the caller vouches for the 16 bytes from `start`.
     let window = unsafe { text.as_ptr().add(start).cast::<[u8; 16]>().read_unaligned() };
-    Some(u128::from_le_bytes(window) & KEY_MASKS[len] | (len as u128) << 120)
+    Some(key_of_window(window, len))
 }
 
 /// For each length of an inline piece, the mask of its bytes in a 16-byte load:
