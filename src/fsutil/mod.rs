@@ -186,18 +186,32 @@ pub fn create_dir_all(dir: &Path) -> io::Result<()> {
 /// ESTALE lasts as long as the client caches the name (GlusterFS: one second by
 /// default), and is never an answer ferry expects. Only for steps that create what
 /// they then use.
-pub fn retry_while_settling<T>(mut op: impl FnMut() -> io::Result<T>) -> io::Result<T> {
+pub fn retry_while_settling<T>(op: impl FnMut() -> io::Result<T>) -> io::Result<T> {
+    use std::time::Duration;
+    retry_while(
+        |err| match err.kind() {
+            io::ErrorKind::NotFound => Some(Duration::from_millis(300)),
+            io::ErrorKind::StaleNetworkFileHandle => Some(Duration::from_secs(5)),
+            _ => None,
+        },
+        op,
+    )
+}
+
+/// Runs `op` again, after pauses that double, while its error is one that
+/// `settling` gives a time to clear in and that time has not passed since the
+/// first try. The bound is time, not tries, so a retried step that itself
+/// retries adds at most one try per level.
+pub fn retry_while<T>(
+    settling: impl Fn(&io::Error) -> Option<std::time::Duration>,
+    mut op: impl FnMut() -> io::Result<T>,
+) -> io::Result<T> {
     use std::time::{Duration, Instant};
     let started = Instant::now();
     let mut delay = Duration::from_millis(10);
     loop {
-        let settling = |err: &io::Error| match err.kind() {
-            io::ErrorKind::NotFound => started.elapsed() < Duration::from_millis(300),
-            io::ErrorKind::StaleNetworkFileHandle => started.elapsed() < Duration::from_secs(5),
-            _ => false,
-        };
         match op() {
-            Err(err) if settling(&err) => {
+            Err(err) if settling(&err).is_some_and(|within| started.elapsed() < within) => {
                 std::thread::sleep(delay);
                 delay = (delay * 2).min(Duration::from_millis(500));
             }

@@ -353,21 +353,20 @@ impl Dir {
         let dir = self.open_dir(name)?;
         // On GlusterFS a directory emptied by its whole listing has answered
         // ENOTEMPTY (gc on one node while another built): the listing lagged
-        // behind. It is listed and emptied again, a few times, before that is an error.
-        let mut delay = std::time::Duration::from_millis(10);
-        loop {
+        // behind. It is listed and emptied again, for a while, before that is an error.
+        let not_empty = |err: &io::Error| {
+            (err.raw_os_error() == Some(Errno::NOTEMPTY.raw_os_error()))
+                .then_some(std::time::Duration::from_millis(300))
+        };
+        super::retry_while(not_empty, || {
             for item in dir.list()? {
                 dir.remove_tree_at_depth(&item.name, depth + 1)?;
             }
             match rustix::fs::unlinkat(&self.fd, name, AtFlags::REMOVEDIR) {
-                Ok(()) | Err(Errno::NOENT) => return Ok(()),
-                Err(Errno::NOTEMPTY) if delay < std::time::Duration::from_millis(200) => {
-                    std::thread::sleep(delay);
-                    delay *= 2;
-                }
-                Err(errno) => return Err(described(errno, Some(&self.display_path(name)))),
+                Ok(()) | Err(Errno::NOENT) => Ok(()),
+                Err(errno) => Err(described(errno, Some(&self.display_path(name)))),
             }
-        }
+        })
     }
 
     /// Renames `name` here to `to_name` in `to` (both may be the same directory),
