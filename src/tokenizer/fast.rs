@@ -17,7 +17,7 @@ use super::kind::EncoderKind;
 use super::piece_sink::PieceSink;
 use super::pretokenize::PreTokenizer;
 use super::recognize::{self, JoinablePairs};
-use super::serialized::Serialized;
+use super::serialized::{Large, Serialized};
 
 pub struct FastEncoder {
     added: AddedTokens,
@@ -32,23 +32,29 @@ pub struct FastEncoder {
 /// it alongside takes it off a build's start, a tenth of a second for a large
 /// vocabulary.
 pub struct Provisional<'a> {
+    /// The parts but the vocabulary and merges, which are in `large`.
     parts: Serialized<'a>,
+    large: Large,
     built: Result<FastEncoder, Unsupported>,
 }
 
 impl<'a> Provisional<'a> {
     /// `None` when the text cannot be read as a tokenizer's parts at all.
     pub fn build(json: &'a str) -> Option<Provisional<'a>> {
-        let parts: Serialized = serde_json::from_str(json).ok()?;
+        let mut parts: Serialized = serde_json::from_str(json).ok()?;
         let built = FastEncoder::from_serialized(&parts);
-        Some(Provisional { parts, built })
+        // Written here, while `tokenizers` still works, so that `confirm` compares text.
+        let large = parts.take_large();
+        Some(Provisional { parts, large, built })
     }
 
     /// The encoder for the tokenizer whose canonical form is `canonical`: this one
     /// when it reads as the same parts, else one built from its parts.
     pub fn confirm(self, canonical: &str) -> Result<FastEncoder, Unsupported> {
-        let parts: Serialized = serde_json::from_str(canonical).map_err(unreadable)?;
-        if parts == self.parts { self.built } else { FastEncoder::from_serialized(&parts) }
+        if self.parts.with_large_read_from(&self.large, canonical) {
+            return self.built;
+        }
+        FastEncoder::for_tokenizer_json(canonical)
     }
 }
 

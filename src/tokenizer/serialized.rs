@@ -7,14 +7,19 @@
 //! vocabulary goes straight into a hash map and the merges into a list, both
 //! borrowing their strings from the JSON text where it has no escapes. The small
 //! sections stay `Value`s.
+//!
+//! Whether a canonical text (as `tokenizers` writes it) reads as given parts is
+//! answered without reading its vocabulary and merges: they are compared as text
+//! with the parts' own, written the way `tokenizers` writes them (see `Large`).
 
 use std::borrow::{Borrow, Cow};
 use std::fmt;
 
 use rustc_hash::FxHashMap;
-use serde::Deserialize;
 use serde::de::{self, Deserializer, SeqAccess, Visitor};
+use serde::{Deserialize, Serializer};
 use serde_json::Value;
+use serde_json::value::RawValue;
 
 #[derive(Deserialize, PartialEq)]
 pub struct Serialized<'a> {
@@ -47,6 +52,75 @@ pub struct Model<'a> {
     pub vocab: Option<FxHashMap<Token<'a>, u32>>,
     #[serde(borrow, default)]
     pub merges: Option<Vec<MergeTokens<'a>>>,
+}
+
+/// A model's vocabulary and merges as JSON text, written as `tokenizers` writes
+/// them in its canonical form: the vocabulary by id, the merges in order, each a
+/// pair of tokens. Comparing these texts takes a millisecond where reading a large
+/// vocabulary and its merges again took a tenth of a second.
+#[derive(Debug, PartialEq)]
+pub struct Large {
+    vocab: Option<String>,
+    merges: Option<String>,
+}
+
+impl Serialized<'_> {
+    /// Takes the vocabulary and merges out of the parts, as their canonical text.
+    pub fn take_large(&mut self) -> Large {
+        let vocab = self.model.vocab.take().map(|vocab| {
+            let mut by_id: Vec<(u32, &str)> = vocab.iter().map(|(token, &id)| (id, &**token)).collect();
+            by_id.sort_unstable();
+            json_text(|serializer| serializer.collect_map(by_id.iter().map(|&(id, token)| (token, id))))
+        });
+        let merges = self.model.merges.take().map(|merges| {
+            json_text(|serializer| serializer.collect_seq(merges.iter().map(|merge| [&*merge.left, &*merge.right])))
+        });
+        Large { vocab, merges }
+    }
+
+    /// Whether `canonical`, a `tokenizer.json` as `tokenizers` writes it, reads as
+    /// these parts once `large` is put back into them. `false` also where the
+    /// text is written some other way: the caller then reads it whole.
+    pub fn with_large_read_from(&self, large: &Large, canonical: &str) -> bool {
+        #[derive(Deserialize)]
+        struct Tokenizer<'a> {
+            #[serde(borrow)]
+            model: LargeText<'a>,
+        }
+        #[derive(Deserialize)]
+        struct LargeText<'a> {
+            #[serde(borrow, default)]
+            vocab: Option<&'a RawValue>,
+            #[serde(borrow, default)]
+            merges: Option<&'a RawValue>,
+        }
+        let Ok(Tokenizer { model: LargeText { vocab, merges } }) = serde_json::from_str(canonical) else {
+            return false;
+        };
+        if vocab.map(RawValue::get) != large.vocab.as_deref() || merges.map(RawValue::get) != large.merges.as_deref() {
+            return false;
+        }
+        // The rest of the text, with `null` for the two sections (what these parts have).
+        let mut sections: Vec<&str> = [vocab, merges].into_iter().flatten().map(RawValue::get).collect();
+        sections.sort_by_key(|section| section.as_ptr());
+        let mut rest = String::new();
+        let mut at = 0;
+        for section in sections {
+            let start = section.as_ptr().addr() - canonical.as_ptr().addr();
+            rest.push_str(&canonical[at..start]);
+            rest.push_str("null");
+            at = start + section.len();
+        }
+        rest.push_str(&canonical[at..]);
+        serde_json::from_str::<Serialized>(&rest).is_ok_and(|rest| rest == *self)
+    }
+}
+
+/// What `write` writes, with `serde_json`'s compact formatting.
+fn json_text(write: impl FnOnce(&mut serde_json::Serializer<&mut Vec<u8>>) -> serde_json::Result<()>) -> String {
+    let mut text = Vec::new();
+    write(&mut serde_json::Serializer::new(&mut text)).expect("writing JSON to memory does not fail");
+    String::from_utf8(text).expect("serde_json writes UTF-8")
 }
 
 /// A token's text, borrowed from the JSON where it can be. A newtype because
@@ -185,6 +259,37 @@ mod tests {
         let value: Value = serde_json::from_str(text).unwrap();
         let from_value = Serialized::deserialize(&value).unwrap();
         assert_eq!(pairs(from_value.model.merges.as_deref().unwrap()), want);
+    }
+
+    #[test]
+    fn a_canonical_text_reads_as_the_parts_when_its_large_sections_are_theirs_as_text() {
+        let json = crate::tokenizer::builtin_gpt2_json().unwrap();
+        let canonical_of = |json: &str| json.parse::<tokenizers::Tokenizer>().unwrap().to_string(false).unwrap();
+        let mut parts: Serialized = serde_json::from_str(json).unwrap();
+        let large = parts.take_large();
+        assert!(parts.model.vocab.is_none() && parts.model.merges.is_none(), "taken out");
+        assert!(parts.with_large_read_from(&large, &canonical_of(json)));
+
+        let mut value: Value = serde_json::from_str(json).unwrap();
+        assert!(!parts.with_large_read_from(&large, &serde_json::to_string_pretty(&value).unwrap()), "not as written");
+        let changed = |change: &dyn Fn(&mut Value)| {
+            let mut value = value.clone();
+            change(&mut value);
+            parts.with_large_read_from(&large, &canonical_of(&value.to_string()))
+        };
+        assert!(!changed(&|t| t["model"]["merges"].as_array_mut().unwrap().truncate(1000)), "fewer merges");
+        assert!(!changed(&|t| t["model"]["merges"].as_array_mut().unwrap().swap(7, 8)), "merges in another order");
+        assert!(!changed(&|t| t["model"]["vocab"]["!"] = json!(50256)), "a token's id");
+        assert!(!changed(&|t| t["model"]["byte_fallback"] = json!(true)), "a setting of the model");
+        assert!(!changed(&|t| t["pre_tokenizer"]["add_prefix_space"] = json!(true)), "a setting elsewhere");
+        assert!(changed(&|t| t["decoder"] = json!(null)), "a part the encoder does not read");
+
+        // Two tokens with one id: the canonical text has only one of them.
+        value["model"]["vocab"]["a new token"] = json!(50256);
+        let json = value.to_string();
+        let mut parts: Serialized = serde_json::from_str(&json).unwrap();
+        let large = parts.take_large();
+        assert!(!parts.with_large_read_from(&large, &canonical_of(&json)));
     }
 
     #[test]
