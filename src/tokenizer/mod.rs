@@ -134,16 +134,48 @@ pub fn from_json(source_name: &str, json: &str) -> Result<tokenizers::Tokenizer,
     parse(source_name, json)
 }
 
-/// Parses a `tokenizer.json`. The JSON syntax is checked first: the tokenizers
-/// crate panics, rather than failing, on a syntax error inside some sections (its
-/// decoder's `expect`), and a panic that slips through anyway becomes an error.
+/// Parses a `tokenizer.json`. The tokenizers crate panics, rather than failing,
+/// on a syntax error inside some sections (its decoder's `expect`): a panic
+/// becomes an error, and its report is not printed. Where parsing fails, the JSON
+/// syntax is checked, so that a syntax error is named as one wherever it is. The
+/// check comes only then: it is a scan of the whole file, a few hundredths of a
+/// second of every build's start for a large vocabulary.
 fn parse(source_name: &str, json: &str) -> Result<tokenizers::Tokenizer, TokenizerError> {
     let load_error = |message: String| TokenizerError::Load { source_name: source_name.to_string(), message };
-    serde_json::from_str::<serde::de::IgnoredAny>(json)
-        .map_err(|err| load_error(format!("it is not valid JSON: {err}")))?;
-    std::panic::catch_unwind(|| parse_bpe_directly(json).map_or_else(|| json.parse::<tokenizers::Tokenizer>(), Ok))
-        .map_err(|_| load_error("the tokenizers library failed on it (see the message above)".into()))?
-        .map_err(|err| load_error(err.to_string()))
+    let failure = match caught_quietly(|| parse_bpe_directly(json).map_or_else(|| json.parse(), Ok)) {
+        Ok(Ok(tokenizer)) => return Ok(tokenizer),
+        Ok(Err(err)) => err.to_string(),
+        Err(panic) => format!("the tokenizers library failed on it: {panic}"),
+    };
+    if let Err(err) = serde_json::from_str::<serde::de::IgnoredAny>(json) {
+        return Err(load_error(format!("it is not valid JSON: {err}")));
+    }
+    Err(load_error(failure))
+}
+
+/// Runs `work`, giving a panic in it as its message instead of reporting it on
+/// stderr: for a library that panics on some malformed input, which here is the
+/// user's file, not a bug of this program. Panics on other threads, and outside
+/// `work`, are reported as before.
+fn caught_quietly<T>(work: impl FnOnce() -> T + std::panic::UnwindSafe) -> Result<T, String> {
+    use std::cell::Cell;
+    thread_local! { static QUIET: Cell<bool> = const { Cell::new(false) }; }
+    static HOOK: std::sync::Once = std::sync::Once::new();
+    HOOK.call_once(|| {
+        let report = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            if !QUIET.get() {
+                report(info);
+            }
+        }));
+    });
+    let outer = QUIET.replace(true);
+    let result = std::panic::catch_unwind(work);
+    QUIET.set(outer);
+    result.map_err(|panic| match panic.downcast::<String>() {
+        Ok(message) => *message,
+        Err(panic) => panic.downcast_ref::<&str>().map_or("a panic without a message", |message| message).to_string(),
+    })
 }
 
 /// A tokenizer whose model is BPE, parsed with the model's own deserializer.
@@ -526,6 +558,14 @@ mod tests {
         let broken = r#"{"version": "1.0", "decoder": {"type": "ByteLevel", "add_prefix_space": true,}}"#;
         let err = parse("broken/tokenizer.json", broken).unwrap_err().to_string();
         assert!(err.contains("broken/tokenizer.json") && err.contains("not valid JSON"), "{err}");
+    }
+
+    #[test]
+    fn a_panic_caught_quietly_is_its_message() {
+        assert_eq!(caught_quietly(|| 7), Ok(7));
+        assert_eq!(caught_quietly(|| panic!("a {} message", "formatted")), Err::<(), _>("a formatted message".into()));
+        assert_eq!(caught_quietly(|| std::panic::panic_any(3)), Err::<(), _>("a panic without a message".into()));
+        assert_eq!(caught_quietly(|| caught_quietly(|| panic!("inner"))), Ok(Err("inner".into())));
     }
 
     #[test]
