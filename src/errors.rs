@@ -132,6 +132,31 @@ pub fn chain(err: &(dyn Error + 'static)) -> String {
     text
 }
 
+/// Runs `work`, giving a panic in it as its message instead of reporting it on
+/// stderr: for a library that panics on some malformed input (the tokenizers and
+/// parquet crates), which is the user's file, not a bug of this program. Panics
+/// on other threads, and outside `work`, are reported as before.
+pub fn caught_quietly<T>(work: impl FnOnce() -> T + std::panic::UnwindSafe) -> Result<T, String> {
+    use std::cell::Cell;
+    thread_local! { static QUIET: Cell<bool> = const { Cell::new(false) }; }
+    static HOOK: std::sync::Once = std::sync::Once::new();
+    HOOK.call_once(|| {
+        let report = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            if !QUIET.get() {
+                report(info);
+            }
+        }));
+    });
+    let outer = QUIET.replace(true);
+    let result = std::panic::catch_unwind(work);
+    QUIET.set(outer);
+    result.map_err(|panic| match panic.downcast::<String>() {
+        Ok(message) => *message,
+        Err(panic) => panic.downcast_ref::<&str>().map_or("a panic without a message", |message| message).to_string(),
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -167,5 +192,13 @@ mod tests {
     fn chain_names_each_cause_once() {
         let err = Reading { path: "a.txt".into(), source: std::io::Error::other("gone") };
         assert_eq!(chain(&err), "reading a.txt: gone");
+    }
+
+    #[test]
+    fn a_panic_caught_quietly_is_its_message() {
+        assert_eq!(caught_quietly(|| 7), Ok(7));
+        assert_eq!(caught_quietly(|| panic!("a {} message", "formatted")), Err::<(), _>("a formatted message".into()));
+        assert_eq!(caught_quietly(|| std::panic::panic_any(3)), Err::<(), _>("a panic without a message".into()));
+        assert_eq!(caught_quietly(|| caught_quietly(|| panic!("inner"))), Ok(Err("inner".into())));
     }
 }

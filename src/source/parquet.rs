@@ -3,6 +3,7 @@
 
 use std::collections::{BTreeMap, VecDeque};
 use std::fs::File;
+use std::panic::AssertUnwindSafe;
 use std::path::{Path, PathBuf};
 
 use arrow_array::cast::AsArray;
@@ -13,6 +14,7 @@ use parquet::arrow::arrow_reader::{ParquetRecordBatchReader, ParquetRecordBatchR
 use parquet::file::metadata::ParquetMetaData;
 
 use super::{DocumentReader, Item, RecordProblem, Selector, SourceError};
+use crate::errors::caught_quietly;
 
 const BATCH_ROWS: usize = 1024;
 
@@ -27,15 +29,16 @@ pub struct ParquetReader {
 }
 
 /// The parquet crate asserts (panics) on some corruptions instead of returning an
-/// error; a panic while reading one file becomes that file's error.
-fn decoder_panicked(path: &Path) -> SourceError {
-    SourceError::Parquet { path: path.to_path_buf(), message: "the parquet decoder failed on it".into() }
+/// error; a panic while reading one file becomes that file's error, with the
+/// panic's message and without its report on stderr.
+fn decoder_panicked(path: &Path, panic: String) -> SourceError {
+    SourceError::Parquet { path: path.to_path_buf(), message: format!("the parquet decoder failed on it: {panic}") }
 }
 
 impl ParquetReader {
     pub fn open(path: &Path, selector: Selector) -> Result<ParquetReader, SourceError> {
-        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| ParquetReader::open_unguarded(path, selector)))
-            .unwrap_or_else(|_| Err(decoder_panicked(path)))
+        caught_quietly(AssertUnwindSafe(|| ParquetReader::open_unguarded(path, selector)))
+            .unwrap_or_else(|panic| Err(decoder_panicked(path, panic)))
     }
 
     fn open_unguarded(path: &Path, selector: Selector) -> Result<ParquetReader, SourceError> {
@@ -151,8 +154,8 @@ impl DocumentReader for ParquetReader {
             if let Some(item) = self.pending.pop_front() {
                 return Ok(Some(item));
             }
-            let next = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.batches.next()))
-                .map_err(|_| decoder_panicked(&self.path))?;
+            let next = caught_quietly(AssertUnwindSafe(|| self.batches.next()))
+                .map_err(|panic| decoder_panicked(&self.path, panic))?;
             match next {
                 None => return Ok(None),
                 Some(Err(err)) => {
@@ -209,6 +212,8 @@ mod tests {
         let message =
             read_damaged(include_bytes!("../../fuzz/seeds/parquet/crash-eabf6e2903fb727c2a27d84056905003369533df"));
         assert!(message.contains("damaged.parquet") && message.contains("decoder failed"), "{message}");
+        let (_, panic) = message.split_once("decoder failed on it: ").unwrap();
+        assert!(!panic.trim().is_empty(), "the panic's own message is given: {message}");
     }
 
     #[test]

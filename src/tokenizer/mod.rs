@@ -38,7 +38,7 @@ mod symbols;
 use std::path::{Path, PathBuf};
 
 use crate::cache::memo::memoized_hash;
-use crate::errors::{Failure, Fault};
+use crate::errors::{Failure, Fault, caught_quietly};
 use crate::hub::{HubError, HubRepo, RepoType};
 use crate::spec::Spec;
 pub use fast::{FastEncoder, Unsupported};
@@ -151,31 +151,6 @@ fn parse(source_name: &str, json: &str) -> Result<tokenizers::Tokenizer, Tokeniz
         return Err(load_error(format!("it is not valid JSON: {err}")));
     }
     Err(load_error(failure))
-}
-
-/// Runs `work`, giving a panic in it as its message instead of reporting it on
-/// stderr: for a library that panics on some malformed input, which here is the
-/// user's file, not a bug of this program. Panics on other threads, and outside
-/// `work`, are reported as before.
-fn caught_quietly<T>(work: impl FnOnce() -> T + std::panic::UnwindSafe) -> Result<T, String> {
-    use std::cell::Cell;
-    thread_local! { static QUIET: Cell<bool> = const { Cell::new(false) }; }
-    static HOOK: std::sync::Once = std::sync::Once::new();
-    HOOK.call_once(|| {
-        let report = std::panic::take_hook();
-        std::panic::set_hook(Box::new(move |info| {
-            if !QUIET.get() {
-                report(info);
-            }
-        }));
-    });
-    let outer = QUIET.replace(true);
-    let result = std::panic::catch_unwind(work);
-    QUIET.set(outer);
-    result.map_err(|panic| match panic.downcast::<String>() {
-        Ok(message) => *message,
-        Err(panic) => panic.downcast_ref::<&str>().map_or("a panic without a message", |message| message).to_string(),
-    })
 }
 
 /// A tokenizer whose model is BPE, parsed with the model's own deserializer.
@@ -558,14 +533,6 @@ mod tests {
         let broken = r#"{"version": "1.0", "decoder": {"type": "ByteLevel", "add_prefix_space": true,}}"#;
         let err = parse("broken/tokenizer.json", broken).unwrap_err().to_string();
         assert!(err.contains("broken/tokenizer.json") && err.contains("not valid JSON"), "{err}");
-    }
-
-    #[test]
-    fn a_panic_caught_quietly_is_its_message() {
-        assert_eq!(caught_quietly(|| 7), Ok(7));
-        assert_eq!(caught_quietly(|| panic!("a {} message", "formatted")), Err::<(), _>("a formatted message".into()));
-        assert_eq!(caught_quietly(|| std::panic::panic_any(3)), Err::<(), _>("a panic without a message".into()));
-        assert_eq!(caught_quietly(|| caught_quietly(|| panic!("inner"))), Ok(Err("inner".into())));
     }
 
     #[test]
