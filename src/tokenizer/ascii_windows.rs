@@ -364,6 +364,11 @@ impl AsciiWindows {
                 }
             }
             found &= below_lowest(undecided);
+            if start >= block {
+                // A contraction that started in the block before ends in this one: no
+                // match starts inside it, and the one where it ends is `start`'s own.
+                found &= u64::MAX.checked_shl((start - block + 1) as u32).unwrap_or(0);
+            }
             // The matches given here start at `start` and at the starts found but the last.
             if found & cuts.may_cut(&block_bits) == 0 && !bytes.get(start).is_some_and(|&byte| cuts.may_cut_at(byte)) {
                 // Each ends where the next starts, with no byte to look at.

@@ -578,6 +578,14 @@ mod property_tests {
         proptest::collection::vec(char, 0..200).prop_map(String::from_iter)
     }
 
+    #[test]
+    fn a_contraction_across_two_blocks_ends_the_match_before_the_next() {
+        // `'s` on bytes 63 and 64 ends in the next block, where a match starts
+        // after it (found by the property test below).
+        let text = format!("{}\0{}s's ", "'".repeat(11), "'".repeat(50));
+        every_scanner_agrees_with_its_regex(&text).unwrap();
+    }
+
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(5000))]
 
