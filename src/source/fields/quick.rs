@@ -183,30 +183,62 @@ impl<'a> Reader<'a> {
     /// A string's text after its opening quote, escapes decoded (borrowed when
     /// it has none).
     fn string(&mut self) -> Option<Cow<'a, str>> {
-        let mut decoded = String::new();
+        let stop = special_at_or_after(self.bytes, self.at);
+        match self.bytes.get(stop)? {
+            b'"' => {
+                let text: &'a str = self.text;
+                let run = text.get(self.at..stop)?;
+                self.at = stop + 1;
+                Some(Cow::Borrowed(run))
+            }
+            b'\\' => self.decode_escaped(stop).map(Cow::Owned),
+            _ => None,
+        }
+    }
+
+    /// The rest of a string whose first escape is at `backslash`, decoded.
+    ///
+    /// Code has an escape every 16 bytes or so (`\n`, `\"`), so the plain runs
+    /// between them are short: each block of 16 bytes is copied whole and the copy
+    /// cut back to where its first special byte was, rather than searched first
+    /// and then copied by its length.
+    fn decode_escaped(&mut self, backslash: usize) -> Option<String> {
+        // The decoded text is never longer than its JSON text.
+        let mut decoded = Vec::with_capacity(self.bytes.len() - self.at);
+        decoded.extend_from_slice(&self.bytes[self.at..backslash]);
+        self.at = backslash;
         loop {
-            let stop = special_at_or_after(self.bytes, self.at);
-            let text: &'a str = self.text;
-            let run = text.get(self.at..stop)?;
-            match self.bytes.get(stop)? {
+            match self.bytes.get(self.at)? {
                 b'"' => {
-                    self.at = stop + 1;
-                    if decoded.is_empty() {
-                        return Some(Cow::Borrowed(run));
-                    }
-                    decoded.push_str(run);
-                    return Some(Cow::Owned(decoded));
+                    self.at += 1;
+                    // Whole characters of valid text cut at ASCII bytes, and whole
+                    // characters from escapes: always valid, checked all the same.
+                    return String::from_utf8(decoded).ok();
                 }
                 b'\\' => {
-                    if decoded.is_empty() {
-                        // Room for the whole string at once when it has escapes.
-                        decoded.reserve(self.bytes.len() - self.at);
+                    self.at += 1;
+                    match self.escape()? {
+                        ascii if ascii.is_ascii() => decoded.push(ascii as u8),
+                        wide => decoded.extend_from_slice(wide.encode_utf8(&mut [0; 4]).as_bytes()),
                     }
-                    decoded.push_str(run);
-                    self.at = stop + 1;
-                    decoded.push(self.escape()?);
                 }
                 _ => return None,
+            }
+            while let Some(block) = self.bytes.get(self.at..).and_then(|rest| rest.first_chunk::<16>()) {
+                decoded.extend_from_slice(block);
+                let mask = special_mask(block);
+                if mask != 0 {
+                    let plain = mask.trailing_zeros() as usize;
+                    decoded.truncate(decoded.len() - 16 + plain);
+                    self.at += plain;
+                    break;
+                }
+                self.at += 16;
+            }
+            if self.bytes.len() - self.at < 16 {
+                let stop = special_at_or_after(self.bytes, self.at);
+                decoded.extend_from_slice(&self.bytes[self.at..stop]);
+                self.at = stop;
             }
         }
     }
@@ -267,24 +299,9 @@ fn special_at_or_after(bytes: &[u8], at: usize) -> usize {
 
 /// Searches 16 bytes at a time; returns the special byte's place, or where the
 /// last whole block ended.
-#[cfg(target_arch = "x86_64")]
-fn special_in_blocks(bytes: &[u8], at: usize) -> usize {
-    // SAFETY: SSE2 is part of x86-64, so every CPU this runs on has it.
-    unsafe { special_in_blocks_sse2(bytes, at) }
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "sse2")]
-fn special_in_blocks_sse2(bytes: &[u8], mut at: usize) -> usize {
-    use std::arch::x86_64::*;
-    let (quote, backslash, control_max) = (_mm_set1_epi8(b'"' as i8), _mm_set1_epi8(b'\\' as i8), _mm_set1_epi8(0x1f));
-    while let Some(block) = bytes.get(at..at + 16) {
-        // SAFETY: an unaligned load of the 16 bytes of `block`.
-        let v = unsafe { _mm_loadu_si128(block.as_ptr().cast()) };
-        // A control character is at most 0x1f: its unsigned max with 0x1f is 0x1f.
-        let control = _mm_cmpeq_epi8(_mm_max_epu8(v, control_max), control_max);
-        let special = _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(v, quote), _mm_cmpeq_epi8(v, backslash)), control);
-        let mask = _mm_movemask_epi8(special);
+fn special_in_blocks(bytes: &[u8], mut at: usize) -> usize {
+    while let Some(block) = bytes.get(at..).and_then(|rest| rest.first_chunk::<16>()) {
+        let mask = special_mask(block);
         if mask != 0 {
             return at + mask.trailing_zeros() as usize;
         }
@@ -293,9 +310,28 @@ fn special_in_blocks_sse2(bytes: &[u8], mut at: usize) -> usize {
     at
 }
 
+/// Bit `i` set where byte `i` of `block` is a quote, a backslash or a control
+/// character.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+fn special_mask(block: &[u8; 16]) -> u32 {
+    use std::arch::x86_64::*;
+    // SAFETY: SSE2 is part of x86-64, so every CPU this runs on has it; the load
+    // reads the 16 bytes of `block`, unaligned.
+    unsafe {
+        let v = _mm_loadu_si128(block.as_ptr().cast());
+        let (quote, backslash, control_max) =
+            (_mm_set1_epi8(b'"' as i8), _mm_set1_epi8(b'\\' as i8), _mm_set1_epi8(0x1f));
+        // A control character is at most 0x1f: its unsigned max with 0x1f is 0x1f.
+        let control = _mm_cmpeq_epi8(_mm_max_epu8(v, control_max), control_max);
+        let special = _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(v, quote), _mm_cmpeq_epi8(v, backslash)), control);
+        _mm_movemask_epi8(special) as u32
+    }
+}
+
 #[cfg(not(target_arch = "x86_64"))]
-fn special_in_blocks(_bytes: &[u8], at: usize) -> usize {
-    at
+fn special_mask(block: &[u8; 16]) -> u32 {
+    block.iter().enumerate().fold(0, |mask, (i, &byte)| mask | u32::from(matches!(byte, b'"' | b'\\' | 0..=0x1f)) << i)
 }
 
 #[cfg(test)]
