@@ -190,21 +190,24 @@ impl RecentPieces {
 /// The vocabulary by bytes, for `ignore_merges`: a short token by its inline key,
 /// so that finding it compares no bytes behind a pointer (a cache miss for a piece
 /// not seen before, as most looked up here are).
-struct WholeTokens {
+pub struct WholeTokens {
     short: FxHashMap<u128, u32>,
     long: FxHashMap<Vec<u8>, u32>,
 }
 
 impl WholeTokens {
-    fn new(tokens: FxHashMap<Vec<u8>, u32>) -> WholeTokens {
-        let (mut short, mut long) = (FxHashMap::default(), FxHashMap::default());
-        for (bytes, id) in tokens {
-            match inline_key(&bytes) {
-                Some(key) => short.insert(key, id),
-                None => long.insert(bytes, id),
-            };
-        }
-        WholeTokens { short, long }
+    pub fn with_capacity(tokens: usize) -> WholeTokens {
+        let mut short = FxHashMap::default();
+        short.reserve(tokens);
+        WholeTokens { short, long: FxHashMap::default() }
+    }
+
+    /// Adds a token by its bytes; a token given again keeps the last id.
+    pub fn insert(&mut self, bytes: &[u8], id: u32) {
+        match inline_key(bytes) {
+            Some(key) => self.short.insert(key, id),
+            None => self.long.insert(bytes.to_vec(), id),
+        };
     }
 
     /// The token of `piece`, whose `inline_key` is `inline`.
@@ -587,11 +590,10 @@ impl BytePairMerger {
     pub fn new(
         alphabet: Alphabet,
         merges: FxHashMap<(u32, u32), Merge>,
-        whole_tokens: Option<FxHashMap<Vec<u8>, u32>>,
+        whole_tokens: Option<WholeTokens>,
     ) -> BytePairMerger {
         let ranks = merges.values().map(|merge| merge.rank as usize + 1).max().unwrap_or(0);
         let rank_ordered = by_rank::rank_ordered(&merges);
-        let whole_tokens = whole_tokens.map(WholeTokens::new);
         BytePairMerger { alphabet, merges, whole_tokens, ranks, rank_ordered, caches: ThreadLocal::new() }
     }
 
@@ -838,7 +840,9 @@ mod tests {
     #[test]
     fn whole_tokens_are_found_by_their_bytes_short_or_long() {
         let long = b"a token longer than fifteen bytes".to_vec();
-        let tokens = WholeTokens::new([(b"ab".to_vec(), 1), (long.clone(), 2)].into_iter().collect());
+        let mut tokens = WholeTokens::with_capacity(2);
+        tokens.insert(b"ab", 1);
+        tokens.insert(&long, 2);
         let get = |piece: &[u8]| tokens.get(piece, inline_key(piece));
         assert_eq!(get(b"ab"), Some(1));
         assert_eq!(get(&long), Some(2));

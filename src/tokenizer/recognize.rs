@@ -11,8 +11,8 @@ use rustc_hash::FxHashMap;
 use serde_json::Value;
 
 use super::added::AddedToken;
-use super::bpe::{Alphabet, BytePairMerger};
-use super::bytelevel::{byte_to_char, token_to_bytes};
+use super::bpe::{Alphabet, BytePairMerger, WholeTokens};
+use super::bytelevel::{byte_to_char, decode_token_into};
 use super::patterns::BYTE_LEVEL_PATTERN;
 use super::pretokenize::{Behavior, SplitStep};
 use super::serialized::{MergeTokens, Model, Token};
@@ -257,6 +257,13 @@ fn merge_list<'m>(model: &'m Model) -> Result<&'m [MergeTokens<'m>], String> {
 }
 
 /// Every byte-level vocabulary token by its bytes, for `ignore_merges`.
-fn whole_tokens(vocab: &FxHashMap<Token, u32>) -> FxHashMap<Vec<u8>, u32> {
-    vocab.iter().filter_map(|(token, &id)| Some((token_to_bytes(token)?, id))).collect()
+fn whole_tokens(vocab: &FxHashMap<Token, u32>) -> WholeTokens {
+    let mut tokens = WholeTokens::with_capacity(vocab.len());
+    let mut bytes = Vec::new();
+    for (token, &id) in vocab {
+        if decode_token_into(token, &mut bytes) {
+            tokens.insert(&bytes, id);
+        }
+    }
+    tokens
 }
