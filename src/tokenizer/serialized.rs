@@ -82,6 +82,47 @@ impl Serialized<'_> {
     /// these parts once `large` is put back into them. `false` also where the
     /// text is written some other way: the caller then reads it whole.
     pub fn with_large_read_from(&self, large: &Large, canonical: &str) -> bool {
+        let sections = match Self::sections_found_as_written(large, canonical) {
+            Some(sections) => sections,
+            None => match Self::sections_read(large, canonical) {
+                Some(sections) => sections,
+                None => return false,
+            },
+        };
+        // The rest of the text, with `null` for the two sections (what these parts have).
+        let mut rest = String::new();
+        let mut at = 0;
+        for section in sections {
+            rest.push_str(&canonical[at..section.start]);
+            rest.push_str("null");
+            at = section.end;
+        }
+        rest.push_str(&canonical[at..]);
+        serde_json::from_str::<Serialized>(&rest).is_ok_and(|rest| rest == *self)
+    }
+
+    /// Where the sections of `large` are in `canonical`, in order, found without
+    /// reading the 7.5 MB of GPT-4o's as JSON: right after the first `"vocab":`,
+    /// then the first `"merges":` after it, must be their texts. Those bytes
+    /// elsewhere (another key of that name, a key that ends in it) give `None`
+    /// when other text follows them, and otherwise leave the model's own section
+    /// in the rest, which then differs from these parts.
+    fn sections_found_as_written(large: &Large, canonical: &str) -> Option<Vec<std::ops::Range<usize>>> {
+        let mut sections = Vec::new();
+        let mut from = 0;
+        for (key, text) in [("\"vocab\":", &large.vocab), ("\"merges\":", &large.merges)] {
+            let Some(text) = text else { continue };
+            let start = from + memchr::memmem::find(&canonical.as_bytes()[from..], key.as_bytes())? + key.len();
+            canonical[start..].starts_with(text.as_str()).then_some(())?;
+            from = start + text.len();
+            sections.push(start..from);
+        }
+        Some(sections)
+    }
+
+    /// `sections_found_as_written`, with the model's two sections read as JSON:
+    /// `None` where either is not the text of `large`.
+    fn sections_read(large: &Large, canonical: &str) -> Option<Vec<std::ops::Range<usize>>> {
         #[derive(Deserialize)]
         struct Tokenizer<'a> {
             #[serde(borrow)]
@@ -94,25 +135,20 @@ impl Serialized<'_> {
             #[serde(borrow, default)]
             merges: Option<&'a RawValue>,
         }
-        let Ok(Tokenizer { model: LargeText { vocab, merges } }) = serde_json::from_str(canonical) else {
-            return false;
-        };
+        let Tokenizer { model: LargeText { vocab, merges } } = serde_json::from_str(canonical).ok()?;
         if vocab.map(RawValue::get) != large.vocab.as_deref() || merges.map(RawValue::get) != large.merges.as_deref() {
-            return false;
+            return None;
         }
-        // The rest of the text, with `null` for the two sections (what these parts have).
-        let mut sections: Vec<&str> = [vocab, merges].into_iter().flatten().map(RawValue::get).collect();
-        sections.sort_by_key(|section| section.as_ptr());
-        let mut rest = String::new();
-        let mut at = 0;
-        for section in sections {
-            let start = section.as_ptr().addr() - canonical.as_ptr().addr();
-            rest.push_str(&canonical[at..start]);
-            rest.push_str("null");
-            at = start + section.len();
-        }
-        rest.push_str(&canonical[at..]);
-        serde_json::from_str::<Serialized>(&rest).is_ok_and(|rest| rest == *self)
+        let mut sections: Vec<std::ops::Range<usize>> = [vocab, merges]
+            .into_iter()
+            .flatten()
+            .map(|section| {
+                let start = section.get().as_ptr().addr() - canonical.as_ptr().addr();
+                start..start + section.get().len()
+            })
+            .collect();
+        sections.sort_by_key(|section| section.start);
+        Some(sections)
     }
 }
 
@@ -269,6 +305,9 @@ mod tests {
         let large = parts.take_large();
         assert!(parts.model.vocab.is_none() && parts.model.merges.is_none(), "taken out");
         assert!(parts.with_large_read_from(&large, &canonical_of(json)));
+        let found = Serialized::sections_found_as_written(&large, &canonical_of(json));
+        assert!(found.is_some(), "found by their keys");
+        assert_eq!(found, Serialized::sections_read(&large, &canonical_of(json)));
 
         let mut value: Value = serde_json::from_str(json).unwrap();
         assert!(!parts.with_large_read_from(&large, &serde_json::to_string_pretty(&value).unwrap()), "not as written");
@@ -283,6 +322,21 @@ mod tests {
         assert!(!changed(&|t| t["model"]["byte_fallback"] = json!(true)), "a setting of the model");
         assert!(!changed(&|t| t["pre_tokenizer"]["add_prefix_space"] = json!(true)), "a setting elsewhere");
         assert!(changed(&|t| t["decoder"] = json!(null)), "a part the encoder does not read");
+
+        // A key that ends in `"vocab":` before the model's: read as JSON instead.
+        let mut decoy = value.clone();
+        let token = json!({"id": "x\"vocab", "type_id": 0});
+        decoy["post_processor"] = json!({"type": "TemplateProcessing",
+            "single": [{"SpecialToken": token}, {"Sequence": {"id": "A", "type_id": 0}}],
+            "pair": [{"Sequence": {"id": "A", "type_id": 0}}, {"Sequence": {"id": "B", "type_id": 1}}],
+            "special_tokens": {"x\"vocab": {"id": "x\"vocab", "ids": [1], "tokens": ["x\"vocab"]}}});
+        let json = decoy.to_string();
+        let mut decoy_parts: Serialized = serde_json::from_str(&json).unwrap();
+        let decoy_large = decoy_parts.take_large();
+        let canonical = canonical_of(&json);
+        assert!(canonical.contains(r#"x\"vocab":{"#), "{canonical:.300}");
+        assert_eq!(Serialized::sections_found_as_written(&decoy_large, &canonical), None);
+        assert!(decoy_parts.with_large_read_from(&decoy_large, &canonical));
 
         // Two tokens with one id: the canonical text has only one of them.
         value["model"]["vocab"]["a new token"] = json!(50256);
