@@ -21,6 +21,7 @@ mod ascii_windows;
 mod bpe;
 mod by_rank;
 mod bytelevel;
+mod direct_bpe;
 mod fast;
 mod for_readers;
 mod gpt2;
@@ -153,17 +154,18 @@ fn parse(source_name: &str, json: &str) -> Result<tokenizers::Tokenizer, Tokeniz
     Err(load_error(failure))
 }
 
-/// A tokenizer whose model is BPE, parsed with the model's own deserializer.
+/// A tokenizer whose model is BPE, parsed with a deserializer of that model.
 /// `tokenizers` reads any model through an untagged wrapper that first copies it
 /// whole into two generic trees (serde's buffer, then a `serde_json::Value`): for a
 /// 200k vocabulary that is a fifth of the parse time and most of a start's peak
-/// memory. The result is the same `Tokenizer` (its tests compare the canonical
-/// forms); `None` for any other model, or any error, which the general parse
-/// then reports in its own words.
+/// memory. The model's own deserializer copies the merges into such a tree too,
+/// so `DirectBpe` reads them (see there). The result is the same `Tokenizer` (its
+/// tests compare the canonical forms); `None` for any other model, or any error,
+/// which the general parse then reports in its own words.
 fn parse_bpe_directly(json: &str) -> Option<tokenizers::Tokenizer> {
     use tokenizers::{DecoderWrapper, NormalizerWrapper, PostProcessorWrapper, PreTokenizerWrapper, TokenizerImpl};
     type BpeTokenizer = TokenizerImpl<
-        tokenizers::models::bpe::BPE,
+        direct_bpe::DirectBpe,
         NormalizerWrapper,
         PreTokenizerWrapper,
         PostProcessorWrapper,
@@ -554,9 +556,11 @@ mod tests {
             serde_json::json!({"direction": "Left", "max_length": 7, "strategy": "LongestFirst", "stride": 1});
         sentencepiece_like["added_tokens"].as_array_mut().unwrap().push(serde_json::json!(
             {"id": 50257, "content": "new word", "single_word": true, "lstrip": true, "rstrip": false, "normalized": true, "special": false}));
-        for (name, json) in
-            [("gpt2", gpt2), ("legacy merges", legacy_merges), ("sentencepiece-like", sentencepiece_like)]
-        {
+        for (name, json) in [
+            ("gpt2", gpt2.clone()),
+            ("legacy merges", legacy_merges.clone()),
+            ("sentencepiece-like", sentencepiece_like),
+        ] {
             let json = json.to_string();
             let direct = parse_bpe_directly(&json).unwrap_or_else(|| panic!("{name}: not parsed directly"));
             let general: tokenizers::Tokenizer = json.parse().unwrap();
@@ -564,6 +568,33 @@ mod tests {
             let text = "a new word, ünïcödé and <|endoftext|> here";
             let ids = |tokenizer: &tokenizers::Tokenizer| tokenizer.encode(text, true).unwrap().get_ids().to_vec();
             assert_eq!(ids(&direct), ids(&general), "{name}");
+        }
+        // Spellings the direct parse leaves to the general one, which takes them as before.
+        let mut version_line = legacy_merges.clone();
+        version_line["model"]["merges"].as_array_mut().unwrap().insert(0, "#version: 0.2".into());
+        let mut settings = gpt2.clone();
+        (settings["model"]["dropout"], settings["model"]["ignore_merges"]) = (0.25.into(), true.into());
+        let mut unknown_key = gpt2.clone();
+        unknown_key["model"]["a key it does not know"] = 1.into();
+        let mut both_ways = gpt2.clone();
+        both_ways["model"]["merges"].as_array_mut().unwrap()[5] = "a b".into();
+        let mut three_tokens = gpt2.clone();
+        three_tokens["model"]["merges"].as_array_mut().unwrap()[5] = serde_json::json!(["a", "b", "c"]);
+        for (name, json, direct_reads) in [
+            ("a #version line", version_line, true),
+            ("model settings", settings, true),
+            ("an unknown key", unknown_key, false),
+            ("merges both ways", both_ways, false),
+            ("a merge of three tokens", three_tokens, false),
+        ] {
+            let json = json.to_string();
+            let direct = parse_bpe_directly(&json);
+            let general = json.parse::<tokenizers::Tokenizer>().ok();
+            assert_eq!(direct.is_some(), direct_reads, "{name}");
+            if let (Some(direct), Some(general)) = (&direct, &general) {
+                assert_eq!(direct.to_string(false).unwrap(), general.to_string(false).unwrap(), "{name}");
+            }
+            assert!(direct.is_none() || general.is_some(), "{name}: read here, refused by tokenizers");
         }
         let word_level = r#"{"version":"1.0","model":{"type":"WordLevel","vocab":{"[UNK]":0},"unk_token":"[UNK]"}}"#;
         assert!(parse_bpe_directly(word_level).is_none());

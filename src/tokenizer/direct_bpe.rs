@@ -1,0 +1,221 @@
+//! `tokenizers`' BPE model read from a `tokenizer.json` the way its own
+//! deserializer reads it, but with the merges read as they come. Its
+//! deserializer takes the merges as an untagged enum (pairs, or the older
+//! `"a b"` lines), so serde first copies the whole array into a generic tree
+//! and then tries each spelling on it: for GPT-4o's 200k merges that is two
+//! thirds of the time `tokenizers` takes to parse the file, on the path to the
+//! first document.
+//!
+//! It answers only where its answer is surely the same `BPE`: keys, types and
+//! spellings exactly as that deserializer takes them. Anything else is an
+//! error here, and the caller then parses with `tokenizers` alone, which
+//! answers as it always does.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use ahash::AHashMap;
+use serde::de::{self, Deserialize, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use tokenizers::models::ModelWrapper;
+use tokenizers::models::bpe::{BPE, BpeTrainer};
+use tokenizers::{Model, Token};
+
+/// A `BPE`, read as above; it is one only to be read inside a whole tokenizer
+/// (whose added tokens ask the model for their ids) and then turned into one.
+pub struct DirectBpe(BPE);
+
+impl From<DirectBpe> for ModelWrapper {
+    fn from(model: DirectBpe) -> ModelWrapper {
+        ModelWrapper::BPE(model.0)
+    }
+}
+
+impl Model for DirectBpe {
+    type Trainer = BpeTrainer;
+
+    fn tokenize(&self, sequence: &str) -> tokenizers::Result<Vec<Token>> {
+        self.0.tokenize(sequence)
+    }
+
+    fn token_to_id(&self, token: &str) -> Option<u32> {
+        self.0.token_to_id(token)
+    }
+
+    fn id_to_token(&self, id: u32) -> Option<String> {
+        self.0.id_to_token(id)
+    }
+
+    fn get_vocab(&self) -> HashMap<String, u32> {
+        self.0.get_vocab()
+    }
+
+    fn get_vocab_size(&self) -> usize {
+        self.0.get_vocab_size()
+    }
+
+    fn save(&self, folder: &Path, prefix: Option<&str>) -> tokenizers::Result<Vec<PathBuf>> {
+        self.0.save(folder, prefix)
+    }
+
+    fn get_trainer(&self) -> BpeTrainer {
+        self.0.get_trainer()
+    }
+}
+
+impl<'de> Deserialize<'de> for DirectBpe {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<DirectBpe, D::Error> {
+        deserializer.deserialize_map(BpeVisitor)
+    }
+}
+
+struct BpeVisitor;
+
+impl<'de> Visitor<'de> for BpeVisitor {
+    type Value = DirectBpe;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a BPE model")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<DirectBpe, A::Error> {
+        let mut builder = BPE::builder();
+        let mut vocab: Option<AHashMap<String, u32>> = None;
+        let mut merges: Option<Vec<(String, String)>> = None;
+        while let Some(key) = map.next_key::<String>()? {
+            match key.as_str() {
+                "dropout" => {
+                    if let Some(dropout) = map.next_value()? {
+                        builder = builder.dropout(dropout);
+                    }
+                }
+                "unk_token" => {
+                    if let Some(unk) = map.next_value()? {
+                        builder = builder.unk_token(unk);
+                    }
+                }
+                "continuing_subword_prefix" => {
+                    if let Some(prefix) = map.next_value()? {
+                        builder = builder.continuing_subword_prefix(prefix);
+                    }
+                }
+                "end_of_word_suffix" => {
+                    if let Some(suffix) = map.next_value()? {
+                        builder = builder.end_of_word_suffix(suffix);
+                    }
+                }
+                "fuse_unk" => {
+                    if let Some(fuse) = map.next_value()? {
+                        builder = builder.fuse_unk(fuse);
+                    }
+                }
+                "byte_fallback" => {
+                    if let Some(fallback) = map.next_value()? {
+                        builder = builder.byte_fallback(fallback);
+                    }
+                }
+                "ignore_merges" => {
+                    if let Some(ignore) = map.next_value()? {
+                        builder = builder.ignore_merges(ignore);
+                    }
+                }
+                "vocab" => vocab = Some(map.next_value()?),
+                "merges" => merges = Some(map.next_value::<MergeList>()?.0),
+                // Borrowed, as `tokenizers` reads it: an escaped name is its error.
+                "type" => match map.next_value::<&str>()? {
+                    "BPE" => {}
+                    other => return Err(de::Error::custom(format!("not a BPE model: {other}"))),
+                },
+                // `tokenizers` reads no value for a key it does not know.
+                other => return Err(de::Error::custom(format!("an unknown key: {other}"))),
+            }
+        }
+        let (Some(vocab), Some(merges)) = (vocab, merges) else {
+            return Err(de::Error::custom("Missing vocab/merges"));
+        };
+        builder.vocab_and_merges(vocab, merges).build().map(DirectBpe).map_err(de::Error::custom)
+    }
+}
+
+/// The merges, all pairs or all `"a b"` lines (lines starting `#version` left
+/// out), as `tokenizers` takes them.
+struct MergeList(Vec<(String, String)>);
+
+impl<'de> Deserialize<'de> for MergeList {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<MergeList, D::Error> {
+        deserializer.deserialize_seq(MergeListVisitor)
+    }
+}
+
+struct MergeListVisitor;
+
+impl<'de> Visitor<'de> for MergeListVisitor {
+    type Value = MergeList;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a list of merges")
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<MergeList, A::Error> {
+        let mut merges = Vec::with_capacity(seq.size_hint().unwrap_or(0));
+        let mut lines = None;
+        while let Some(merge) = seq.next_element::<MergeEntry>()? {
+            let is_line = matches!(merge, MergeEntry::Line(_));
+            if *lines.get_or_insert(is_line) != is_line {
+                return Err(de::Error::custom("merges written both ways"));
+            }
+            match merge {
+                MergeEntry::Pair(left, right) => merges.push((left, right)),
+                MergeEntry::Line(line) if line.starts_with("#version") => {}
+                MergeEntry::Line(line) => {
+                    let mut parts = line.split(' ');
+                    match (parts.next(), parts.next(), parts.next()) {
+                        (Some(left), Some(right), None) => merges.push((left.to_string(), right.to_string())),
+                        _ => return Err(de::Error::custom(format!("a merge that is not two tokens: {line:?}"))),
+                    }
+                }
+            }
+        }
+        Ok(MergeList(merges))
+    }
+}
+
+/// One merge: `["a", "b"]`, exactly two strings, or `"a b"`.
+enum MergeEntry {
+    Pair(String, String),
+    Line(String),
+}
+
+impl<'de> Deserialize<'de> for MergeEntry {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<MergeEntry, D::Error> {
+        deserializer.deserialize_any(MergeEntryVisitor)
+    }
+}
+
+struct MergeEntryVisitor;
+
+impl<'de> Visitor<'de> for MergeEntryVisitor {
+    type Value = MergeEntry;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("two tokens, or a line of two tokens")
+    }
+
+    fn visit_str<E: de::Error>(self, line: &str) -> Result<MergeEntry, E> {
+        Ok(MergeEntry::Line(line.to_string()))
+    }
+
+    fn visit_string<E: de::Error>(self, line: String) -> Result<MergeEntry, E> {
+        Ok(MergeEntry::Line(line))
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<MergeEntry, A::Error> {
+        let two = || de::Error::custom("a merge that is not two tokens");
+        let left = seq.next_element::<String>()?.ok_or_else(two)?;
+        let right = seq.next_element::<String>()?.ok_or_else(two)?;
+        if seq.next_element::<IgnoredAny>()?.is_some() {
+            return Err(two());
+        }
+        Ok(MergeEntry::Pair(left, right))
+    }
+}
