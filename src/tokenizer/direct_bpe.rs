@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 use ahash::AHashMap;
 use serde::de::{self, Deserialize, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use tokenizers::models::ModelWrapper;
-use tokenizers::models::bpe::{BPE, BpeTrainer};
+use tokenizers::models::bpe::{BPE, BpeBuilder, BpeTrainer};
 use tokenizers::{Model, Token};
 
 /// A `BPE`, read as above; it is one only to be read inside a whole tokenizer
@@ -84,41 +84,15 @@ impl<'de> Visitor<'de> for BpeVisitor {
         let mut merges: Option<Vec<(String, String)>> = None;
         while let Some(key) = map.next_key::<String>()? {
             match key.as_str() {
-                "dropout" => {
-                    if let Some(dropout) = map.next_value()? {
-                        builder = builder.dropout(dropout);
-                    }
-                }
-                "unk_token" => {
-                    if let Some(unk) = map.next_value()? {
-                        builder = builder.unk_token(unk);
-                    }
-                }
+                "dropout" => builder = with_value(&mut map, builder, BpeBuilder::dropout)?,
+                "unk_token" => builder = with_value(&mut map, builder, BpeBuilder::unk_token)?,
                 "continuing_subword_prefix" => {
-                    if let Some(prefix) = map.next_value()? {
-                        builder = builder.continuing_subword_prefix(prefix);
-                    }
+                    builder = with_value(&mut map, builder, BpeBuilder::continuing_subword_prefix)?
                 }
-                "end_of_word_suffix" => {
-                    if let Some(suffix) = map.next_value()? {
-                        builder = builder.end_of_word_suffix(suffix);
-                    }
-                }
-                "fuse_unk" => {
-                    if let Some(fuse) = map.next_value()? {
-                        builder = builder.fuse_unk(fuse);
-                    }
-                }
-                "byte_fallback" => {
-                    if let Some(fallback) = map.next_value()? {
-                        builder = builder.byte_fallback(fallback);
-                    }
-                }
-                "ignore_merges" => {
-                    if let Some(ignore) = map.next_value()? {
-                        builder = builder.ignore_merges(ignore);
-                    }
-                }
+                "end_of_word_suffix" => builder = with_value(&mut map, builder, BpeBuilder::end_of_word_suffix)?,
+                "fuse_unk" => builder = with_value(&mut map, builder, BpeBuilder::fuse_unk)?,
+                "byte_fallback" => builder = with_value(&mut map, builder, BpeBuilder::byte_fallback)?,
+                "ignore_merges" => builder = with_value(&mut map, builder, BpeBuilder::ignore_merges)?,
                 "vocab" => vocab = Some(map.next_value()?),
                 "merges" => merges = Some(map.next_value::<MergeList>()?.0),
                 // Borrowed, as `tokenizers` reads it: an escaped name is its error.
@@ -135,6 +109,18 @@ impl<'de> Visitor<'de> for BpeVisitor {
         };
         builder.vocab_and_merges(vocab, merges).build().map(DirectBpe).map_err(de::Error::custom)
     }
+}
+
+/// `builder` with `set` given the next value, or as it is where that is null.
+fn with_value<'de, A: MapAccess<'de>, T: Deserialize<'de>>(
+    map: &mut A,
+    builder: BpeBuilder,
+    set: fn(BpeBuilder, T) -> BpeBuilder,
+) -> Result<BpeBuilder, A::Error> {
+    Ok(match map.next_value::<Option<T>>()? {
+        Some(value) => set(builder, value),
+        None => builder,
+    })
 }
 
 /// The merges, all pairs or all `"a b"` lines (lines starting `#version` left
