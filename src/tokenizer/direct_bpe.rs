@@ -16,10 +16,12 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 
 use ahash::AHashMap;
-use serde::de::{self, Deserialize, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use serde::de::{self, Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
 use tokenizers::models::ModelWrapper;
 use tokenizers::models::bpe::{BPE, BpeBuilder, BpeTrainer};
 use tokenizers::{Model, Token};
+
+use super::serialized::{MergeSpelling, MergeTokens};
 
 /// A `BPE`, read as above; it is one only to be read inside a whole tokenizer
 /// (whose added tokens ask the model for their ids) and then turned into one.
@@ -145,63 +147,19 @@ impl<'de> Visitor<'de> for MergeListVisitor {
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<MergeList, A::Error> {
         let mut merges = Vec::with_capacity(seq.size_hint().unwrap_or(0));
         let mut lines = None;
-        while let Some(merge) = seq.next_element::<MergeEntry>()? {
-            let is_line = matches!(merge, MergeEntry::Line(_));
+        while let Some(merge) = seq.next_element::<MergeSpelling>()? {
+            let is_line = matches!(merge, MergeSpelling::Line(_));
             if *lines.get_or_insert(is_line) != is_line {
                 return Err(de::Error::custom("merges written both ways"));
             }
-            match merge {
-                MergeEntry::Pair(left, right) => merges.push((left, right)),
-                MergeEntry::Line(line) if line.starts_with("#version") => {}
-                MergeEntry::Line(line) => {
-                    let mut parts = line.split(' ');
-                    match (parts.next(), parts.next(), parts.next()) {
-                        (Some(left), Some(right), None) => merges.push((left.to_string(), right.to_string())),
-                        _ => return Err(de::Error::custom(format!("a merge that is not two tokens: {line:?}"))),
-                    }
-                }
+            if let MergeSpelling::Line(line) = &merge
+                && line.starts_with("#version")
+            {
+                continue;
             }
+            let MergeTokens { left, right } = merge.into_tokens()?;
+            merges.push((left.0.into_owned(), right.0.into_owned()));
         }
         Ok(MergeList(merges))
-    }
-}
-
-/// One merge: `["a", "b"]`, exactly two strings, or `"a b"`.
-enum MergeEntry {
-    Pair(String, String),
-    Line(String),
-}
-
-impl<'de> Deserialize<'de> for MergeEntry {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<MergeEntry, D::Error> {
-        deserializer.deserialize_any(MergeEntryVisitor)
-    }
-}
-
-struct MergeEntryVisitor;
-
-impl<'de> Visitor<'de> for MergeEntryVisitor {
-    type Value = MergeEntry;
-
-    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-        f.write_str("two tokens, or a line of two tokens")
-    }
-
-    fn visit_str<E: de::Error>(self, line: &str) -> Result<MergeEntry, E> {
-        Ok(MergeEntry::Line(line.to_string()))
-    }
-
-    fn visit_string<E: de::Error>(self, line: String) -> Result<MergeEntry, E> {
-        Ok(MergeEntry::Line(line))
-    }
-
-    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<MergeEntry, A::Error> {
-        let two = || de::Error::custom("a merge that is not two tokens");
-        let left = seq.next_element::<String>()?.ok_or_else(two)?;
-        let right = seq.next_element::<String>()?.ok_or_else(two)?;
-        if seq.next_element::<IgnoredAny>()?.is_some() {
-            return Err(two());
-        }
-        Ok(MergeEntry::Pair(left, right))
     }
 }

@@ -221,14 +221,23 @@ impl MergeTokens<'_> {
 
 impl<'de: 'a, 'a> Deserialize<'de> for MergeTokens<'a> {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        deserializer.deserialize_any(MergeVisitor)
+        MergeSpelling::deserialize(deserializer)?.into_tokens()
     }
 }
 
-struct MergeVisitor;
+/// A merge as it is written: a pair, or the older line of two tokens.
+pub enum MergeSpelling<'a> {
+    Pair(MergeTokens<'a>),
+    Line(Cow<'a, str>),
+}
 
-impl MergeVisitor {
-    fn split<E: de::Error>(line: Cow<'_, str>) -> Result<MergeTokens<'_>, E> {
+impl<'a> MergeSpelling<'a> {
+    /// The merge's two tokens; a line must be two tokens separated by a space.
+    pub fn into_tokens<E: de::Error>(self) -> Result<MergeTokens<'a>, E> {
+        let line = match self {
+            MergeSpelling::Pair(tokens) => return Ok(tokens),
+            MergeSpelling::Line(line) => line,
+        };
         let space = match line.find(' ') {
             Some(space) if !line[space + 1..].contains(' ') => space,
             _ => return Err(E::custom(format!("the merge {line:?} is not two tokens separated by a space"))),
@@ -246,19 +255,27 @@ impl MergeVisitor {
     }
 }
 
+impl<'de: 'a, 'a> Deserialize<'de> for MergeSpelling<'a> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_any(MergeVisitor)
+    }
+}
+
+struct MergeVisitor;
+
 impl<'de> Visitor<'de> for MergeVisitor {
-    type Value = MergeTokens<'de>;
+    type Value = MergeSpelling<'de>;
 
     fn expecting(&self, formatter: &mut fmt::Formatter) -> fmt::Result {
         formatter.write_str("a merge: \"left right\" or [\"left\", \"right\"]")
     }
 
     fn visit_borrowed_str<E: de::Error>(self, line: &'de str) -> Result<Self::Value, E> {
-        Self::split(Cow::Borrowed(line))
+        Ok(MergeSpelling::Line(Cow::Borrowed(line)))
     }
 
     fn visit_str<E: de::Error>(self, line: &str) -> Result<Self::Value, E> {
-        Self::split(Cow::Owned(line.to_string()))
+        Ok(MergeSpelling::Line(Cow::Owned(line.to_string())))
     }
 
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
@@ -268,7 +285,7 @@ impl<'de> Visitor<'de> for MergeVisitor {
         if seq.next_element::<de::IgnoredAny>()?.is_some() {
             return Err(not_a_pair());
         }
-        Ok(MergeTokens { left, right })
+        Ok(MergeSpelling::Pair(MergeTokens { left, right }))
     }
 }
 
