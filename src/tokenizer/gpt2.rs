@@ -4,7 +4,8 @@
 //! GPT-2's ranks ship inside the `tiktoken-rs` crate (`r50k_base`). Its ranks are
 //! GPT-2's token ids, and the merge list is recovered from them the way Hugging Face
 //! converts tiktoken vocabularies: each token's merge is the last step of running
-//! BPE on its bytes with only lower-ranked tokens.
+//! BPE on its bytes with only lower-ranked tokens. The tokenizer.json so derived
+//! is embedded compressed; a test derives it again and compares.
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -12,25 +13,23 @@ use std::sync::OnceLock;
 
 use serde_json::{Value, json};
 
-use super::bytelevel::bytes_to_token;
-
 pub const END_OF_TEXT: &str = "<|endoftext|>";
 const END_OF_TEXT_ID: u32 = 50256;
 
-/// GPT-2's tokenizer.json, built once per process.
+/// GPT-2's tokenizer.json as shipped, compressed: derived from the ranks once (see
+/// the tests, which hold it to the derivation), since deriving it at every start
+/// cost a third of a second, as much as tokenizing 30 MB.
+const EMBEDDED_JSON_ZST: &[u8] = include_bytes!("gpt2-tokenizer.json.zst");
+/// The size of the uncompressed text, with room to grow.
+const EMBEDDED_JSON_MAX: usize = 4 << 20;
+
+/// GPT-2's tokenizer.json, decompressed once per process.
 pub fn builtin_tokenizer_json() -> Result<&'static str, String> {
     static JSON: OnceLock<Result<String, String>> = OnceLock::new();
     JSON.get_or_init(|| {
-        let bpe = tiktoken_rs::r50k_base().map_err(|err| format!("cannot load the embedded GPT-2 ranks: {err}"))?;
-        let ranks: Vec<Vec<u8>> = (0..END_OF_TEXT_ID)
-            .map(|rank| bpe.decode_bytes(&[rank]).map_err(|err| format!("embedded GPT-2 rank {rank}: {err}")))
-            .collect::<Result<_, _>>()?;
-        let merges = merges_from_ranks(&ranks)?;
-        let vocab: Vec<(String, u32)> =
-            ranks.iter().enumerate().map(|(id, bytes)| (bytes_to_token(bytes), id as u32)).collect();
-        let merges: Vec<(String, String)> =
-            merges.iter().map(|(a, b)| (bytes_to_token(a), bytes_to_token(b))).collect();
-        Ok(byte_level_tokenizer_json(vocab, merges, Some(END_OF_TEXT)).to_string())
+        let bytes = zstd::bulk::decompress(EMBEDDED_JSON_ZST, EMBEDDED_JSON_MAX)
+            .map_err(|err| format!("cannot decompress the embedded GPT-2 tokenizer: {err}"))?;
+        String::from_utf8(bytes).map_err(|err| format!("the embedded GPT-2 tokenizer is not UTF-8: {err}"))
     })
     .as_deref()
     .map_err(Clone::clone)
@@ -136,6 +135,37 @@ pub(super) fn merges_from_ranks(ranks: &[Vec<u8>]) -> Result<Vec<Merge>, String>
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::tokenizer::bytelevel::bytes_to_token;
+
+    /// GPT-2's tokenizer.json from the `r50k_base` ranks in `tiktoken-rs`.
+    fn derived_from_ranks() -> String {
+        let bpe = tiktoken_rs::r50k_base().unwrap();
+        let ranks: Vec<Vec<u8>> = (0..END_OF_TEXT_ID).map(|rank| bpe.decode_bytes(&[rank]).unwrap()).collect();
+        let merges = merges_from_ranks(&ranks).unwrap();
+        let vocab: Vec<(String, u32)> =
+            ranks.iter().enumerate().map(|(id, bytes)| (bytes_to_token(bytes), id as u32)).collect();
+        let merges: Vec<(String, String)> =
+            merges.iter().map(|(a, b)| (bytes_to_token(a), bytes_to_token(b))).collect();
+        byte_level_tokenizer_json(vocab, merges, Some(END_OF_TEXT)).to_string()
+    }
+
+    const EMBEDDED_PATH: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/src/tokenizer/gpt2-tokenizer.json.zst");
+
+    #[test]
+    fn the_embedded_gpt2_is_the_one_derived_from_its_ranks() {
+        assert!(
+            builtin_tokenizer_json().unwrap() == derived_from_ranks(),
+            "{EMBEDDED_PATH} is not what the ranks give; rewrite it with `cargo test --lib write_embedded_gpt2 -- --ignored`"
+        );
+    }
+
+    /// Rewrites the embedded file from the ranks (after a change to the derivation).
+    #[test]
+    #[ignore = "writes a source file"]
+    fn write_embedded_gpt2() {
+        let compressed = zstd::bulk::compress(derived_from_ranks().as_bytes(), 19).unwrap();
+        std::fs::write(EMBEDDED_PATH, compressed).unwrap();
+    }
 
     #[test]
     fn builtin_gpt2_has_gpt2_shape() {
