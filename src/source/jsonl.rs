@@ -9,6 +9,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use super::{DocumentReader, Item, RecordProblem, Selector, SourceError};
 use crate::spec::SourceFormat;
 
+/// Bytes each reader buffers (and a gzip decoder reads at once).
+const BUFFER: usize = 1 << 20;
+
 pub struct JsonlReader {
     path: PathBuf,
     lines: Box<dyn BufRead + Send>,
@@ -23,7 +26,6 @@ impl JsonlReader {
         let file = File::open(path).map_err(|source| SourceError::Open { path: path.to_path_buf(), source })?;
         let bytes_read = Arc::new(AtomicU64::new(0));
         let counted = CountingReader { inner: file, count: bytes_read.clone() };
-        const BUFFER: usize = 1 << 20;
         let decoded: Box<dyn Read + Send> = match format {
             SourceFormat::JsonlZst => Box::new(
                 zstd::stream::read::Decoder::new(counted)
@@ -48,36 +50,47 @@ impl JsonlReader {
 impl DocumentReader for JsonlReader {
     fn next_item(&mut self) -> Result<Option<Item>, SourceError> {
         loop {
-            self.line.clear();
-            let read = self.lines.read_until(b'\n', &mut self.line).map_err(|source| SourceError::Read {
-                path: self.path.clone(),
-                record: self.number,
-                source,
-            })?;
-            if read == 0 {
+            // After `record` whole records, as a reader of a truncated file counts them.
+            let read_error = |record, source| SourceError::Read { path: self.path.clone(), record, source };
+            // A line that is whole in the reader's buffer is parsed where it is;
+            // one that runs past it is gathered into `line` first.
+            let buffered = self.lines.fill_buf().map_err(|source| read_error(self.number, source))?;
+            if buffered.is_empty() {
                 return Ok(None);
             }
-            self.number += 1;
-            let line = self.line.trim_ascii();
-            if line.is_empty() {
-                continue;
-            }
-            let text = match std::str::from_utf8(line) {
-                Ok(text) => text,
-                Err(err) => {
-                    return Ok(Some(Item::Bad {
-                        record: self.number,
-                        problem: RecordProblem::InvalidUtf8 { byte: err.valid_up_to() },
-                    }));
-                }
+            let item = if let Some(end) = memchr::memchr(b'\n', buffered) {
+                self.number += 1;
+                let item = item_of_line(&buffered[..end], self.number, &self.selector);
+                self.lines.consume(end + 1);
+                item
+            } else {
+                self.line.clear();
+                self.lines.read_until(b'\n', &mut self.line).map_err(|source| read_error(self.number, source))?;
+                self.number += 1;
+                item_of_line(&self.line, self.number, &self.selector)
             };
-            return Ok(Some(self.selector.select_json_line(text, self.number)));
+            if item.is_some() {
+                return Ok(item);
+            }
         }
     }
 
     fn input_bytes_read(&self) -> u64 {
         self.bytes_read.load(Ordering::Relaxed)
     }
+}
+
+/// The item of one line (its newline included or not), or none for a blank line.
+fn item_of_line(line: &[u8], number: u64, selector: &Selector) -> Option<Item> {
+    let line = line.trim_ascii();
+    if line.is_empty() {
+        return None;
+    }
+    // A SIMD check: the line-level check took 2.6% of a build's instructions with std's.
+    Some(match simdutf8::compat::from_utf8(line) {
+        Ok(text) => selector.select_json_line(text, number),
+        Err(err) => Item::Bad { record: number, problem: RecordProblem::InvalidUtf8 { byte: err.valid_up_to() } },
+    })
 }
 
 /// Counts the compressed bytes consumed, for progress in bytes of input.
@@ -138,6 +151,45 @@ mod tests {
                 ["1:one", "3:two", "4:malformed_json", "5:invalid_utf8", "6:three"],
                 "{}",
                 path.display()
+            );
+        }
+    }
+
+    /// Lines are parsed in the reader's buffer where whole, else gathered: lines
+    /// that cross its end, are longer than it, or end the file without a newline
+    /// all read the same.
+    #[test]
+    fn lines_across_and_beyond_the_buffer_read_whole() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("long.jsonl");
+        let mut body = Vec::new();
+        let mut expected = Vec::new();
+        for (n, len) in [10, BUFFER - 40, 100, 3 * BUFFER + 7, 0, BUFFER, 5].into_iter().enumerate() {
+            let text: String = (0..len).map(|i| (b'a' + ((i + n) % 26) as u8) as char).collect();
+            body.extend_from_slice(format!("{{\"text\": \"{text}\"}}\n").as_bytes());
+            body.extend_from_slice(b"\n");
+            expected.push((2 * n as u64 + 1, text));
+        }
+        body.extend_from_slice(b"{\"text\": \"last\"}");
+        expected.push((15, "last".to_string()));
+        std::fs::write(&path, &body).unwrap();
+        let documents: Vec<(u64, String)> = read_all(&path, SourceFormat::Jsonl)
+            .unwrap()
+            .into_iter()
+            .map(|item| match item {
+                Item::Document(d) => (d.record, d.text),
+                _ => panic!("every line is a document"),
+            })
+            .collect();
+        assert_eq!(documents.len(), expected.len());
+        for (found, wanted) in documents.iter().zip(&expected) {
+            assert!(
+                found == wanted,
+                "record {} (length {}) read as record {} (length {})",
+                wanted.0,
+                wanted.1.len(),
+                found.0,
+                found.1.len()
             );
         }
     }

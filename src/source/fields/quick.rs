@@ -213,7 +213,9 @@ impl<'a> Reader<'a> {
                     self.at += 1;
                     // Whole characters of valid text cut at ASCII bytes, and whole
                     // characters from escapes: always valid, checked all the same.
-                    return String::from_utf8(decoded).ok();
+                    simdutf8::basic::from_utf8(&decoded).ok()?;
+                    // SAFETY: just checked to be UTF-8.
+                    return Some(unsafe { String::from_utf8_unchecked(decoded) });
                 }
                 b'\\' => {
                     self.at += 1;
