@@ -20,14 +20,12 @@ const END_OF_TEXT_ID: u32 = 50256;
 /// the tests, which hold it to the derivation), since deriving it at every start
 /// cost a third of a second, as much as tokenizing 30 MB.
 const EMBEDDED_JSON_ZST: &[u8] = include_bytes!("gpt2-tokenizer.json.zst");
-/// The size of the uncompressed text, with room to grow.
-const EMBEDDED_JSON_MAX: usize = 4 << 20;
 
 /// GPT-2's tokenizer.json, decompressed once per process.
 pub fn builtin_tokenizer_json() -> Result<&'static str, String> {
     static JSON: OnceLock<Result<String, String>> = OnceLock::new();
     JSON.get_or_init(|| {
-        let bytes = zstd::bulk::decompress(EMBEDDED_JSON_ZST, EMBEDDED_JSON_MAX)
+        let bytes = zstd::decode_all(EMBEDDED_JSON_ZST)
             .map_err(|err| format!("cannot decompress the embedded GPT-2 tokenizer: {err}"))?;
         String::from_utf8(bytes).map_err(|err| format!("the embedded GPT-2 tokenizer is not UTF-8: {err}"))
     })
