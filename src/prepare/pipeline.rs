@@ -26,9 +26,10 @@ use super::shard::{ShardContext, ShardError, ShardRecord, ShardTask};
 /// Documents tokenized together (in parallel) before packing.
 const BATCH_DOCUMENTS: usize = 256;
 const BATCH_TEXT_BYTES: usize = 1 << 20;
-/// With the fast encoder, every n-th document of a shard is also encoded by the
-/// reference encoder and must give the same ids.
-pub const SAMPLE_EVERY: u64 = 128;
+/// With the fast encoder, the first document of a shard, and then the first one
+/// after every this many bytes of text, are also encoded by the reference encoder
+/// and must give the same ids (see `GuardSchedule`).
+pub const GUARD_STRIDE_BYTES: u64 = 4 << 20;
 /// How much of a sampled document both encoders compare: its start, up to this
 /// many bytes. The reference encoder runs at a few MB/s on sparse samples (its
 /// cache stays cold), so checking whole documents cost a seventh of a build's time;
@@ -80,19 +81,45 @@ fn sample_of(text: &str) -> &str {
     &text[..end]
 }
 
+/// Which documents of a shard the guard compares: the first, then the first one
+/// to start at least `GUARD_STRIDE_BYTES` of text after the last sampled one's
+/// start. The reference encoder runs at a few MB/s against the fast core's 60 or
+/// more, and its large tables push the fast encoder's out of the CPU caches. Taking
+/// every 128th document instead made the guard's cost follow the documents' size:
+/// a fifth of a one-thread build on documents of 3.5 KB. Spaced by text, it checks
+/// about 1/2000 of the text whatever the documents, a thousand samples in 4 GB.
+#[derive(Debug, Default)]
+struct GuardSchedule {
+    text_bytes: u64,
+    next_sample_at: u64,
+}
+
+impl GuardSchedule {
+    /// Whether the next document, `len` bytes of text, is sampled.
+    fn samples(&mut self, len: usize) -> bool {
+        let due = self.text_bytes >= self.next_sample_at;
+        if due {
+            self.next_sample_at = self.text_bytes + GUARD_STRIDE_BYTES;
+        }
+        self.text_bytes += len as u64;
+        due
+    }
+}
+
 /// A batch's documents as ids (BOS/EOS included), with each one's source.
 struct EncodedBatch {
     ids: Vec<Vec<u32>>,
     sources: Vec<Option<String>>,
 }
 
-/// Encodes documents in parallel (order kept), checking sampled documents
-/// against the reference encoder when the fast one is used.
+/// Encodes documents in parallel (order kept), checking the sampled ones (their
+/// places in the batch, in order) against the reference encoder when the fast
+/// one is used.
 fn encode_batch(
     context: &ShardContext,
     path: &std::path::Path,
     batch: Vec<Document>,
-    first_index: u64,
+    sampled: &[usize],
     kind: EncoderKind,
 ) -> Result<EncodedBatch, ShardError> {
     let ids = batch
@@ -102,7 +129,7 @@ fn encode_batch(
             let encode_error =
                 |source| ShardError::Encode { path: path.to_path_buf(), record: document.record, source };
             let ids = context.encoders.encode(&document.text, kind).map_err(encode_error)?;
-            if kind.is_fast() && (first_index + offset as u64).is_multiple_of(SAMPLE_EVERY) {
+            if kind.is_fast() && sampled.binary_search(&offset).is_ok() {
                 let sample = sample_of(&document.text);
                 // A whole document's ids are already at hand.
                 let fast = if sample.len() < document.text.len() {
@@ -168,7 +195,17 @@ pub(super) fn run(
         let cancelled = &cancelled;
         let writing = threads.spawn(move || write_in_order(context, receiver, packer, writer, cancelled));
         let totals = rayon::in_place_scope(|pool| {
-            let mut batches = Batches { context, task, kind, reader, sender, cancelled, next: 0, reported: 0 };
+            let mut batches = Batches {
+                context,
+                task,
+                kind,
+                reader,
+                sender,
+                cancelled,
+                next: 0,
+                reported: 0,
+                guard: GuardSchedule::default(),
+            };
             let totals = batches.read_all(pool);
             // The writer's input ends once every encoding task has sent its batch.
             drop(batches);
@@ -191,6 +228,7 @@ struct Batches<'a> {
     next: u64,
     /// Input bytes already added to the progress counters.
     reported: u64,
+    guard: GuardSchedule,
 }
 
 impl<'a> Batches<'a> {
@@ -215,11 +253,15 @@ impl<'a> Batches<'a> {
     {
         let path = &self.task.input.path;
         let mut batch: Vec<Document> = Vec::with_capacity(BATCH_DOCUMENTS);
+        let mut sampled = Vec::new();
         let mut batch_bytes = 0;
         let mut finished = false;
         while !finished && !self.cancelled.load(Ordering::Relaxed) {
             match self.reader.next_item()? {
                 Some(Item::Document(document)) => {
+                    if self.guard.samples(document.text.len()) {
+                        sampled.push(batch.len());
+                    }
                     batch_bytes += document.text.len();
                     batch.push(document);
                 }
@@ -232,9 +274,8 @@ impl<'a> Batches<'a> {
             }
             if batch.len() >= BATCH_DOCUMENTS || batch_bytes >= BATCH_TEXT_BYTES || (finished && !batch.is_empty()) {
                 let documents = std::mem::replace(&mut batch, Vec::with_capacity(BATCH_DOCUMENTS));
-                let first_index = totals.documents;
                 totals.documents += documents.len() as u64;
-                self.dispatch(pool, documents, first_index);
+                self.dispatch(pool, documents, std::mem::take(&mut sampled));
                 batch_bytes = 0;
             }
         }
@@ -242,7 +283,7 @@ impl<'a> Batches<'a> {
     }
 
     /// Queues one batch for encoding once the build's budget has room for it.
-    fn dispatch<'scope>(&mut self, pool: &rayon::Scope<'scope>, documents: Vec<Document>, first_index: u64)
+    fn dispatch<'scope>(&mut self, pool: &rayon::Scope<'scope>, documents: Vec<Document>, sampled: Vec<usize>)
     where
         'a: 'scope,
     {
@@ -260,7 +301,7 @@ impl<'a> Batches<'a> {
             if cancelled.load(Ordering::Relaxed) {
                 return;
             }
-            let result = encode_batch(context, path, documents, first_index, kind);
+            let result = encode_batch(context, path, documents, &sampled, kind);
             let _ = sender.send(Encoded { sequence, result, _slot: Some(slot) });
         });
     }
@@ -316,6 +357,21 @@ fn write_in_order<F: Fn(usize) -> std::path::PathBuf>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_guard_samples_the_first_document_then_one_per_stride_of_text() {
+        let stride = GUARD_STRIDE_BYTES as usize;
+        let mut guard = GuardSchedule::default();
+        let sampled: Vec<bool> =
+            [10, stride - 20, 5, 5, stride, 1, 0, 1].into_iter().map(|len| guard.samples(len)).collect();
+        // Starts at 0, 10, stride-10, stride-5 (not yet), stride (due), 2*stride (due), then 2*stride+1 twice.
+        assert_eq!(sampled, [true, false, false, false, true, true, false, false]);
+        let mut small = GuardSchedule::default();
+        let taken = (0..100_000).filter(|_| small.samples(200)).count();
+        // Samples start at multiples of 200 bytes, the first at or past a stride after the last.
+        let spacing = stride.div_ceil(200) * 200;
+        assert_eq!(taken, (100_000 * 200_usize).div_ceil(spacing), "one sample per stride however short the documents");
+    }
 
     #[test]
     fn the_guard_samples_the_start_of_a_document_cut_at_a_character() {
