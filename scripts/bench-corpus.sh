@@ -12,7 +12,8 @@ cd "$(dirname "$0")/.."
 corpus=$1 target_mb=$2 python=$3 ferry=$4
 say() { printf '==> %s\n' "$*" >&2; }
 
-[ -s "$corpus/train-15.jsonl.zst" ] && [ -s "$corpus.json" ] && exit 0
+# DIR.json is written last, so a corpus with it and its first shard is whole.
+[ -s "$corpus.json" ] && [ -s "$corpus/train-00.jsonl.zst" ] && exit 0
 sources=${BENCH_SOURCES:-$(pwd)/target/bench-sources}
 mkdir -p "$sources"
 if (cd "$sources" && apt-get download -qq linux-source-6.1 python3.11-doc perl-doc dict-gcide >/dev/null 2>&1); then
