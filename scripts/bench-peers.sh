@@ -104,7 +104,7 @@ family, threads, seconds, out = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]
 manifest = json.load(open(f"{out['entry']}/manifest.json"))
 tokens = manifest["totals"]["tokens"] + manifest["totals"]["remainder_tokens"]
 print(json.dumps({"tool": "ferry", "family": family, "threads": threads, "seconds": seconds, "tokens": tokens,
-                  "encoder": manifest["tokenizer"]["encoder"]}))
+                  "encoder": manifest["tokenizer"]["encoder"], "timings": manifest["timings"]}))
 PY
       RAYON_NUM_THREADS=$threads "$py" scripts/bench_peers.py gigatoken "$tokenizer" "${files[@]}" |
         "$py" -c "import json,sys; r=json.load(sys.stdin); r.update(tool='gigatoken', family='$family', threads=$threads); print(json.dumps(r))" >> "$results"

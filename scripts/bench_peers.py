@@ -193,6 +193,22 @@ def report(results, cores):
             with_load = "-" if loaded_seconds is None else f"{loaded_seconds / ferry['seconds']:.2f}x"
             print(f"{family:10s} {threads:7d} {ferry['tokens'] / ferry['seconds'] / 1e6:8.2f} M {giga['tokens'] / giga['seconds'] / 1e6:8.2f} M"
                   f"  {ratio:6.2f}x (target >= 1.0x) {'OK' if ratio >= 1 else 'MISSED'}   {ferry.get('encoder', '?'):22s} {with_load}")
+    print("\nwhere ferry's time went, best run: before its first document (tokenizer identity, input hashes,")
+    print("encoders), tokenizing, publishing, and outside (process start and exit); tokenizing alone against gigatoken")
+    for family in families:
+        for threads in sorted({r["threads"] for r in runs if r.get("family") == family and "threads" in r}):
+            mine = [r for r in runs if r.get("family") == family and r.get("threads") == threads
+                    and r["tool"] == "ferry" and "timings" in r]
+            giga = [r for r in runs if r.get("family") == family and r.get("threads") == threads and r["tool"] == "gigatoken"]
+            if not mine or not giga:
+                continue
+            ferry = min(mine, key=lambda r: r["seconds"])
+            t = ferry["timings"]
+            before = t["total_seconds"] - t["tokenize_seconds"] - t["publish_seconds"]
+            outside = ferry["seconds"] - t["total_seconds"]
+            tokenizing = (ferry["tokens"] / t["tokenize_seconds"]) / (giga[0]["tokens"] / min(r["seconds"] for r in giga))
+            print(f"{family:10s} {threads:7d}  before {before:.2f} s, tokenizing {t['tokenize_seconds']:.2f} s, "
+                  f"publishing {t['publish_seconds']:.2f} s, outside {outside:.2f} s; tokenizing alone {tokenizing:.2f}x")
     for r in runs:
         if r.get("tool") == "exact":
             print(f"{r['family']:10s} documents whose ids differ from Python tokenizers: ferry {r['ferry_differ']}/{r['documents']}, "
