@@ -95,9 +95,10 @@ TOML
     for threads in 1 "$cores"; do
       say "$family, $threads thread(s), round $round/$rounds: ferry prepare, then gigatoken"
       rm -rf "$work/cache"
-      start=$(date +%s.%N)
+      start=$(date +%s%N)
       out=$(RAYON_NUM_THREADS=$threads "$ferry" -q prepare "$work/$family.toml" --cache "$work/cache" --jobs "$threads" --json)
-      seconds=$(echo "$(date +%s.%N) - $start" | bc)
+      elapsed=$(( $(date +%s%N) - start ))
+      seconds=$(printf '%d.%09d' $((elapsed / 1000000000)) $((elapsed % 1000000000)))
       "$py" - "$family" "$threads" "$seconds" "$out" >> "$results" <<'PY'
 import json, sys
 family, threads, seconds, out = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), json.loads(sys.argv[4])
