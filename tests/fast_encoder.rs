@@ -106,6 +106,7 @@ fn families_through_the_fast_path_give_python_tokenizers_ids() {
         assert!(encoders.fast_available(), "{family}: {:?}", encoders.fast_unavailable);
         let kind = encoders.fast_kind().unwrap();
         assert_eq!(kind.name(), fast_encoder_of(family));
+        assert!(encoders.fast_path_confirmed(), "{family}: tokenizers writes the canonical form ferry assembled");
         for (index, document) in documents.iter().enumerate() {
             let ids = encoders.encode(document, kind).unwrap();
             let want: Vec<u32> = serde_json::from_value(expected[family][index].clone()).unwrap();
@@ -170,4 +171,36 @@ fn llama3_style_output_is_identical_with_one_or_many_threads_and_one_or_four_sha
     let rows_one = entry_rows(&one_shard);
     assert_eq!(rows_one.len(), 400);
     assert_eq!(rows_one, entry_rows(&four_threads), "1 shard vs the same documents in 4");
+}
+
+/// A vocabulary `tokenizers` reads otherwise than ferry (two tokens on one id: it
+/// keeps one). The fast encoder is built from ferry's reading and used from the
+/// first document; the comparison of the canonical forms, done meanwhile, finds
+/// the difference before anything is published, and the build is encoded again
+/// by the tokenizer.
+#[test]
+fn a_vocabulary_read_differently_is_encoded_again_by_the_tokenizer() {
+    let env = TestEnv::new();
+    let mut tokenizer: serde_json::Value =
+        serde_json::from_str(ferry::tokenizer::builtin_gpt2_json().unwrap()).unwrap();
+    let the = tokenizer["model"]["vocab"]["the"].clone();
+    tokenizer["model"]["vocab"]["zz-the-again"] = the;
+    let tokenizer_path = env.write("tokenizer.json", tokenizer.to_string());
+    let documents = documents();
+    let lines: String = documents.iter().map(|text| format!("{}\n", serde_json::json!({"text": text}))).collect();
+    env.write("data/documents.jsonl", lines);
+    let text = spec_text("dup", &tokenizer_path, "data/documents.jsonl");
+    let spec = Spec::parse(&text, &env.path("spec.toml"), env.path("")).unwrap();
+    let encoders = Encoders::load(&spec).unwrap();
+    assert!(encoders.fast_available() && !encoders.fast_path_confirmed());
+
+    let prepared = env.prepare(&env.write("dup.toml", text), &[]);
+    assert_eq!(prepared["encoder"], "tokenizers", "{prepared}");
+    let want: Vec<Vec<u32>> = documents
+        .iter()
+        .map(|document| encoders.encode_reference(document).unwrap())
+        .filter(|ids| !ids.is_empty())
+        .collect();
+    let entry = Path::new(prepared["entry"].as_str().unwrap());
+    assert_eq!(entry_rows(entry), want, "the entry's rows are the tokenizer's ids");
 }

@@ -59,7 +59,17 @@ pub(super) fn build_together<'a>(
         }
         let unfinished: Vec<usize> = order.iter().copied().filter(|&index| known[index].is_none()).collect();
         match run_claimed_shards(context, claims, tasks, &unfinished, kind, pool) {
-            Ok(count) => tokenized_here += count,
+            Ok(count) => {
+                tokenized_here += count;
+                if kind.is_fast() && !context.encoders.fast_path_confirmed() {
+                    // Rare: ferry read the vocabulary or merges otherwise than `tokenizers`.
+                    tracing::warn!(
+                        "the tokenizer's vocabulary or merges read differently by the fast encoder and the tokenizer; re-encoding every shard with the tokenizer"
+                    );
+                    fsutil::write_atomic(&fast_disabled, b"").map_err(IoError::at("writing", &fast_disabled))?;
+                    continue;
+                }
+            }
             Err(PrepareError::Shard(ShardError::FastPathMismatch { path, record })) => {
                 // Rare: the vocabulary looked equivalent but is not. Every shard of the
                 // build is then encoded by the reference, so the output stays deterministic.

@@ -30,7 +30,10 @@ pub struct FastEncoder {
 /// encoder must follow). The encoder is a function of the parts `Serialized`
 /// reads, so it stands when the canonical text reads as the same parts; building
 /// it alongside takes it off a build's start, a tenth of a second for a large
-/// vocabulary.
+/// vocabulary. Where the other parts read the same, the canonical form is
+/// assembled from this reading instead of written again by `tokenizers`
+/// (`assembled_canonical`), and the encoder stands unless `tokenizers` then writes
+/// another text (`Encoders::fast_path_confirmed`).
 pub struct Provisional<'a> {
     /// The parts but the vocabulary and merges, which are in `large`.
     parts: Serialized<'a>,
@@ -46,6 +49,22 @@ impl<'a> Provisional<'a> {
         // Written here, while `tokenizers` still works, so that `confirm` compares text.
         let large = parts.take_large();
         Some(Provisional { parts, large, built })
+    }
+
+    /// The canonical form of `tokenizer`, parsed by `tokenizers` from the same
+    /// text, assembled with this reading's vocabulary and merges (see `canonical`):
+    /// `None` unless its model is BPE and every other part reads as this reading's.
+    /// That this reading's vocabulary and merges are also `tokenizers`' is not
+    /// checked here (see `Encoders`).
+    pub fn assembled_canonical(&self, tokenizer: &tokenizers::Tokenizer) -> Option<String> {
+        let (vocab, merges) = self.large.texts()?;
+        let text = super::canonical::assemble(tokenizer, vocab, merges)?;
+        self.parts.with_large_read_from(&self.large, &text).then_some(text)
+    }
+
+    /// The encoder built from this reading, for a canonical form assembled from it.
+    pub fn into_built(self) -> Result<FastEncoder, Unsupported> {
+        self.built
     }
 
     /// The encoder for the tokenizer whose canonical form is `canonical`: this one

@@ -21,6 +21,7 @@ mod ascii_windows;
 mod bpe;
 mod by_rank;
 mod bytelevel;
+mod canonical;
 mod direct_bpe;
 mod fast;
 mod for_readers;
@@ -37,6 +38,8 @@ mod split_regex;
 mod symbols;
 
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::thread::JoinHandle;
 
 use crate::cache::memo::memoized_hash;
 use crate::errors::{Failure, Fault, caught_quietly};
@@ -185,6 +188,9 @@ pub struct Parsed {
     /// What this build's `tokenizers` writes for it: formatting of the file and
     /// fields left to their defaults do not matter.
     canonical: String,
+    /// Whether `canonical` was assembled from ferry's own reading of the vocabulary
+    /// and merges (see `canonical`), not yet compared with what `tokenizers` writes.
+    assembled: bool,
     /// One more than the largest id, added tokens included (see `vocab_size`).
     vocab_size: u64,
     /// `None` when the spec turns the fast path off.
@@ -205,23 +211,30 @@ impl Parsed {
                 .fast_path
                 .then(|| std::thread::Builder::new().spawn_scoped(scope, || fast::Provisional::build(&json)).ok());
             let tokenizer = parse(&source_name, &json)?;
+            // `None` inside: the fast path is on, but there is no provisional encoder.
+            let provisional = provisional.map(|thread| thread.and_then(|thread| thread.join().ok()).flatten());
             // Counting a large vocabulary's ids takes hundredths of a second: done
-            // while the canonical form is written.
-            let (canonical, vocab_size) = std::thread::scope(|scope| {
+            // while the canonical form is assembled, or else written.
+            let (canonical, assembled, vocab_size) = std::thread::scope(|scope| {
                 let counting = std::thread::Builder::new().spawn_scoped(scope, || vocab_size(&tokenizer)).ok();
-                let canonical = tokenizer.to_string(false).map_err(load_error);
+                let (canonical, assembled) =
+                    match provisional.as_ref().and_then(|p| p.as_ref()?.assembled_canonical(&tokenizer)) {
+                        Some(text) => (Ok(text), true),
+                        None => (tokenizer.to_string(false).map_err(load_error), false),
+                    };
                 let size = match counting.map(|thread| thread.join()) {
                     Some(Ok(size)) => size,
                     _ => vocab_size(&tokenizer),
                 };
-                (canonical, size)
+                (canonical, assembled, size)
             });
             let canonical = canonical?;
-            let fast = provisional.map(|thread| match thread.map(|thread| thread.join()) {
-                Some(Ok(Some(provisional))) => provisional.confirm(&canonical),
-                _ => FastEncoder::for_tokenizer_json(&canonical),
+            let fast = provisional.map(|provisional| match provisional {
+                Some(provisional) if assembled => provisional.into_built(),
+                Some(provisional) => provisional.confirm(&canonical),
+                None => FastEncoder::for_tokenizer_json(&canonical),
             });
-            Ok(Parsed { source_name: source_name.clone(), tokenizer, canonical, vocab_size, fast })
+            Ok(Parsed { source_name: source_name.clone(), tokenizer, canonical, assembled, vocab_size, fast })
         })
     }
 }
@@ -279,6 +292,53 @@ fn release_freed_heap() {
     }
 }
 
+/// How the canonical form `tokenizers` writes compares with an assembled one.
+enum Written {
+    Same,
+    /// `tokenizers` writes this text (`None`: it failed to write one).
+    Differs(Option<String>),
+}
+
+impl Written {
+    fn compare(reference: &tokenizers::Tokenizer, assembled: &str) -> Written {
+        match reference.to_string(false) {
+            Ok(own) if own == assembled => Written::Same,
+            Ok(own) => Written::Differs(Some(own)),
+            Err(_) => Written::Differs(None),
+        }
+    }
+}
+
+/// The comparison of an assembled canonical form with `tokenizers`' own, made on a
+/// thread of its own (a sixth of a second for GPT-4o) and awaited when needed.
+enum WrittenCheck {
+    Done(Written),
+    Running { thread: Mutex<Option<JoinHandle<Written>>>, outcome: OnceLock<Written> },
+}
+
+impl WrittenCheck {
+    /// Starts comparing; where no thread can be started, compares here.
+    fn start(reference: &Arc<tokenizers::Tokenizer>, assembled: &str) -> WrittenCheck {
+        let (shared, text) = (Arc::clone(reference), assembled.to_string());
+        let spawned =
+            std::thread::Builder::new().name("canonical-check".into()).spawn(move || Written::compare(&shared, &text));
+        match spawned {
+            Ok(thread) => WrittenCheck::Running { thread: Mutex::new(Some(thread)), outcome: OnceLock::new() },
+            Err(_) => WrittenCheck::Done(Written::compare(reference, assembled)),
+        }
+    }
+
+    fn outcome(&self) -> &Written {
+        match self {
+            WrittenCheck::Done(written) => written,
+            WrittenCheck::Running { thread, outcome } => outcome.get_or_init(|| {
+                let thread = thread.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).take();
+                thread.and_then(|thread| thread.join().ok()).unwrap_or(Written::Differs(None))
+            }),
+        }
+    }
+}
+
 /// Tokens to put around every document.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct BosEos {
@@ -289,9 +349,11 @@ pub struct BosEos {
 /// A loaded tokenizer with everything needed to encode documents.
 pub struct Encoders {
     pub source_name: String,
-    reference: tokenizers::Tokenizer,
+    reference: Arc<tokenizers::Tokenizer>,
     /// The reference's canonical serialization.
     serialized: String,
+    /// Whether `tokenizers` writes `serialized` itself, where it was assembled.
+    written: WrittenCheck,
     fast: Option<FastEncoder>,
     /// Why the fast path is off, when it is.
     pub fast_unavailable: Option<String>,
@@ -308,20 +370,30 @@ impl Encoders {
 
     /// The encoders of the spec's tokenizer, already parsed (by `identity` or `Parsed::read`).
     pub fn from_parsed(spec: &Spec, parsed: Parsed) -> Result<Encoders, TokenizerError> {
-        let Parsed { source_name, tokenizer: mut reference, canonical, vocab_size, fast } = parsed;
+        let Parsed { source_name, tokenizer: mut reference, canonical, assembled, vocab_size, fast } = parsed;
         let load_error = |err: &dyn std::fmt::Display| TokenizerError::Load {
             source_name: source_name.clone(),
             message: err.to_string(),
         };
         // Truncation or padding stored in a tokenizer.json would silently cut or pad
         // documents; packing is ferry's job. Readers get the tokenizer as encoding used it.
-        let serialized = if reference.get_truncation().is_none() && reference.get_padding().is_none() {
+        let plain = reference.get_truncation().is_none() && reference.get_padding().is_none();
+        let mut written = WrittenCheck::Done(Written::Same);
+        if assembled && !plain {
+            // Rare; compared here, before the settings go.
+            written = WrittenCheck::Done(Written::compare(&reference, &canonical));
+        }
+        let serialized = if plain {
             canonical
         } else {
             reference.with_truncation(None).map_err(|err| load_error(&err))?;
             reference.with_padding(None);
             reference.to_string(false).map_err(|err| load_error(&err))?
         };
+        let reference = Arc::new(reference);
+        if assembled && plain {
+            written = WrittenCheck::start(&reference, &serialized);
+        }
         let token_type = spec.output.token_type;
         if vocab_size > token_type.max_vocab() {
             return Err(TokenizerError::VocabTooLarge { source_name, vocab_size, token_type: token_type.dtype() });
@@ -345,6 +417,7 @@ impl Encoders {
             source_name,
             reference,
             serialized,
+            written,
             fast,
             fast_unavailable,
             add_special_tokens,
@@ -357,7 +430,20 @@ impl Encoders {
     /// The files an entry carries so that `transformers` and `tokenizers` load its
     /// tokenizer offline from the staged copy (see `for_readers`).
     pub fn files_for_readers(&self, model_max_length: Option<usize>) -> Result<Vec<(&'static str, String)>, String> {
-        for_readers::files(&self.serialized, &self.special, model_max_length)
+        let serialized = match self.written.outcome() {
+            Written::Differs(Some(own)) => own,
+            _ => &self.serialized,
+        };
+        for_readers::files(serialized, &self.special, model_max_length)
+    }
+
+    /// Whether the fast encoder, built from ferry's own reading of the tokenizer,
+    /// reads its vocabulary and merges as `tokenizers` does: they are the text the
+    /// canonical form was assembled from, and `tokenizers` writes that same text.
+    /// Waits for the comparison, which runs while the first documents are encoded;
+    /// a build checks this before it publishes what the fast encoder made.
+    pub fn fast_path_confirmed(&self) -> bool {
+        matches!(self.written.outcome(), Written::Same)
     }
 
     pub fn fast_available(&self) -> bool {

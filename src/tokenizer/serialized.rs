@@ -64,6 +64,13 @@ pub struct Large {
     merges: Option<String>,
 }
 
+impl Large {
+    /// The vocabulary's and the merges' texts, when the model has both.
+    pub fn texts(&self) -> Option<(&str, &str)> {
+        Some((self.vocab.as_deref()?, self.merges.as_deref()?))
+    }
+}
+
 impl Serialized<'_> {
     /// Takes the vocabulary and merges out of the parts, as their canonical text.
     pub fn take_large(&mut self) -> Large {
