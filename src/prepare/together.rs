@@ -66,15 +66,14 @@ pub(super) fn build_together<'a>(
                     tracing::warn!(
                         "the tokenizer's vocabulary or merges read differently by the fast encoder and the tokenizer; re-encoding every shard with the tokenizer"
                     );
-                    fsutil::write_atomic(&fast_disabled, b"").map_err(IoError::at("writing", &fast_disabled))?;
+                    disable_fast_path(&fast_disabled)?;
                     continue;
                 }
             }
             Err(PrepareError::Shard(ShardError::FastPathMismatch { path, record })) => {
-                // Rare: the vocabulary looked equivalent but is not. Every shard of the
-                // build is then encoded by the reference, so the output stays deterministic.
+                // Rare: the vocabulary looked equivalent but is not.
                 tracing::warn!(path = %path.display(), record, "the fast encoder disagrees with the tokenizer; re-encoding every shard with the tokenizer");
-                fsutil::write_atomic(&fast_disabled, b"").map_err(IoError::at("writing", &fast_disabled))?;
+                disable_fast_path(&fast_disabled)?;
                 continue;
             }
             // A straggler whose build was published meanwhile has nothing left to do.
@@ -101,6 +100,12 @@ pub(super) fn build_together<'a>(
         }
         std::thread::sleep(POLL);
     }
+}
+
+/// Turns the fast path off for every task building this entry: each then encodes
+/// every shard again with the tokenizer, so the output stays deterministic.
+fn disable_fast_path(fast_disabled: &std::path::Path) -> Result<(), PrepareError> {
+    fsutil::write_atomic(fast_disabled, b"").map_err(|err| IoError::at("writing", fast_disabled)(err).into())
 }
 
 /// The order this task visits shards in: under `srun`, task k starts at its own
