@@ -311,31 +311,33 @@ impl Written {
 
 /// The comparison of an assembled canonical form with `tokenizers`' own, made on a
 /// thread of its own (a sixth of a second for GPT-4o) and awaited when needed.
-enum WrittenCheck {
-    Done(Written),
-    Running { thread: Mutex<Option<JoinHandle<Written>>>, outcome: OnceLock<Written> },
+struct WrittenCheck {
+    /// Until its outcome is taken: the thread comparing.
+    thread: Mutex<Option<JoinHandle<Written>>>,
+    outcome: OnceLock<Written>,
 }
 
 impl WrittenCheck {
+    fn done(written: Written) -> WrittenCheck {
+        WrittenCheck { thread: Mutex::new(None), outcome: OnceLock::from(written) }
+    }
+
     /// Starts comparing; where no thread can be started, compares here.
     fn start(reference: &Arc<tokenizers::Tokenizer>, assembled: &str) -> WrittenCheck {
         let (shared, text) = (Arc::clone(reference), assembled.to_string());
         let spawned =
             std::thread::Builder::new().name("canonical-check".into()).spawn(move || Written::compare(&shared, &text));
         match spawned {
-            Ok(thread) => WrittenCheck::Running { thread: Mutex::new(Some(thread)), outcome: OnceLock::new() },
-            Err(_) => WrittenCheck::Done(Written::compare(reference, assembled)),
+            Ok(thread) => WrittenCheck { thread: Mutex::new(Some(thread)), outcome: OnceLock::new() },
+            Err(_) => WrittenCheck::done(Written::compare(reference, assembled)),
         }
     }
 
     fn outcome(&self) -> &Written {
-        match self {
-            WrittenCheck::Done(written) => written,
-            WrittenCheck::Running { thread, outcome } => outcome.get_or_init(|| {
-                let thread = thread.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).take();
-                thread.and_then(|thread| thread.join().ok()).unwrap_or(Written::Differs(None))
-            }),
-        }
+        self.outcome.get_or_init(|| {
+            let thread = self.thread.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).take();
+            thread.and_then(|thread| thread.join().ok()).unwrap_or(Written::Differs(None))
+        })
     }
 }
 
@@ -378,10 +380,10 @@ impl Encoders {
         // Truncation or padding stored in a tokenizer.json would silently cut or pad
         // documents; packing is ferry's job. Readers get the tokenizer as encoding used it.
         let plain = reference.get_truncation().is_none() && reference.get_padding().is_none();
-        let mut written = WrittenCheck::Done(Written::Same);
+        let mut written = WrittenCheck::done(Written::Same);
         if assembled && !plain {
             // Rare; compared here, before the settings go.
-            written = WrittenCheck::Done(Written::compare(&reference, &canonical));
+            written = WrittenCheck::done(Written::compare(&reference, &canonical));
         }
         let serialized = if plain {
             canonical
