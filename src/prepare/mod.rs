@@ -31,7 +31,6 @@ use crate::tokenizer::{self, Encoders, TokenizerError};
 use claims::Claims;
 use together::{Together, build_together};
 
-pub use pipeline::GUARD_STRIDE_BYTES;
 pub use shard::{BuildCounters, ShardError, ShardRecord};
 
 #[derive(Debug, thiserror::Error)]

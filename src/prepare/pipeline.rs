@@ -29,7 +29,7 @@ const BATCH_TEXT_BYTES: usize = 1 << 20;
 /// With the fast encoder, the first document of a shard, and then the first one
 /// after every this many bytes of text, are also encoded by the reference encoder
 /// and must give the same ids (see `GuardSchedule`).
-pub const GUARD_STRIDE_BYTES: u64 = 4 << 20;
+const GUARD_STRIDE_BYTES: u64 = 4 << 20;
 /// How much of a sampled document both encoders compare: its start, up to this
 /// many bytes. The reference encoder runs at a few MB/s on sparse samples (its
 /// cache stays cold), so checking whole documents cost a seventh of a build's time;
