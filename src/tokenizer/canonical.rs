@@ -84,7 +84,9 @@ mod tests {
     use serde_json::json;
 
     use super::super::fast::Provisional;
-    use super::super::{Ranks, builtin_gpt2_json, from_json, llama3_style_tokenizer_json};
+    use super::super::{
+        Ranks, builtin_gpt2_json, from_json, llama3_style_tokenizer_json, vocab_size, vocab_size_given,
+    };
 
     /// The form assembled from ferry's reading of `json`, and the one `tokenizers` writes.
     fn assembled_and_written(json: &str) -> (Option<String>, String) {
@@ -117,12 +119,36 @@ mod tests {
         for json in &tokenizers {
             let (assembled, written) = assembled_and_written(json);
             assert!(assembled.as_ref() == Some(&written), "{assembled:?}\n{written}");
+            assert_eq!(size_from_reading(json), vocab_size(&from_json("test", json).unwrap()));
         }
         // A part left to its default reads otherwise than `tokenizers` writes it:
         // nothing is assembled, and the build takes `tokenizers`' own text.
         let mut older = sentencepiece;
         older["model"].as_object_mut().unwrap().remove("ignore_merges");
         assert_eq!(assembled_and_written(&older.to_string()).0, None);
+    }
+
+    /// The vocabulary's size with the model's largest id from ferry's reading.
+    fn size_from_reading(json: &str) -> u64 {
+        vocab_size_given(&from_json("test", json).unwrap(), Provisional::build(json).unwrap().largest_model_id())
+    }
+
+    #[test]
+    fn the_size_from_ferrys_reading_is_the_one_counted_in_tokenizers_model() {
+        let added = r#"{"id":9,"content":"<x>","single_word":false,"lstrip":false,"rstrip":false,"normalized":false,"special":true}"#;
+        // Dense, with holes, with two tokens on one id, with an added token past the rest, and empty.
+        for (vocab, added) in [
+            (r#"{"a":0,"b":1}"#, ""),
+            (r#"{"a":0,"b":5}"#, ""),
+            (r#"{"a":0,"b":1,"c":1}"#, ""),
+            (r#"{"a":0}"#, added),
+            ("{}", ""),
+        ] {
+            let json = format!(
+                r#"{{"added_tokens":[{added}],"normalizer":null,"pre_tokenizer":null,"model":{{"type":"BPE","dropout":null,"unk_token":null,"continuing_subword_prefix":null,"end_of_word_suffix":null,"fuse_unk":false,"byte_fallback":false,"ignore_merges":false,"vocab":{vocab},"merges":[]}}}}"#
+            );
+            assert_eq!(size_from_reading(&json), vocab_size(&from_json("test", &json).unwrap()), "{json}");
+        }
     }
 
     #[test]

@@ -62,6 +62,13 @@ impl<'a> Provisional<'a> {
         self.parts.with_large_read_from(&self.large, &text).then_some(text)
     }
 
+    /// The largest id in the vocabulary of this reading. Where the canonical form
+    /// assembled from it is what `tokenizers` writes, it is the largest id of
+    /// `tokenizers`' model too: that form lists the model's vocabulary by id.
+    pub fn largest_model_id(&self) -> Option<u32> {
+        self.large.largest_id()
+    }
+
     /// The encoder built from this reading, for a canonical form assembled from it.
     pub fn into_built(self) -> Result<FastEncoder, Unsupported> {
         self.built

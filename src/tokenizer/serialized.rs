@@ -62,6 +62,8 @@ pub struct Model<'a> {
 pub struct Large {
     vocab: Option<String>,
     merges: Option<String>,
+    /// The largest id in the vocabulary, if it has any token.
+    largest_id: Option<u32>,
 }
 
 impl Large {
@@ -69,20 +71,27 @@ impl Large {
     pub fn texts(&self) -> Option<(&str, &str)> {
         Some((self.vocab.as_deref()?, self.merges.as_deref()?))
     }
+
+    /// The largest id of a token of the vocabulary, if it has any.
+    pub fn largest_id(&self) -> Option<u32> {
+        self.largest_id
+    }
 }
 
 impl Serialized<'_> {
     /// Takes the vocabulary and merges out of the parts, as their canonical text.
     pub fn take_large(&mut self) -> Large {
+        let mut largest_id = None;
         let vocab = self.model.vocab.take().map(|vocab| {
             let mut by_id: Vec<(u32, &str)> = vocab.iter().map(|(token, &id)| (id, &**token)).collect();
             by_id.sort_unstable();
+            largest_id = by_id.last().map(|&(id, _)| id);
             json_text(|serializer| serializer.collect_map(by_id.iter().map(|&(id, token)| (token, id))))
         });
         let merges = self.model.merges.take().map(|merges| {
             json_text(|serializer| serializer.collect_seq(merges.iter().map(|merge| [&*merge.left, &*merge.right])))
         });
-        Large { vocab, merges }
+        Large { vocab, merges, largest_id }
     }
 
     /// Whether `canonical`, a `tokenizer.json` as `tokenizers` writes it, reads as
