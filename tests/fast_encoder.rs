@@ -196,6 +196,8 @@ fn a_vocabulary_read_differently_is_encoded_again_by_the_tokenizer() {
 
     let prepared = env.prepare(&env.write("dup.toml", text), &[]);
     assert_eq!(prepared["encoder"], "tokenizers", "{prepared}");
+    let why = prepared["fast_unavailable"].as_str().unwrap_or_default();
+    assert!(why.contains("vocabulary or merges otherwise than the tokenizer"), "{prepared}");
     let want: Vec<Vec<u32>> = documents
         .iter()
         .map(|document| encoders.encode_reference(document).unwrap())

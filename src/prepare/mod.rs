@@ -167,8 +167,10 @@ pub fn prepare(spec: &Spec, cache: &CacheLayout, options: &PrepareOptions) -> Re
     let tokenize_started = Instant::now();
     let claims = Claims::new(cache.liveness());
     let run = BuildRun { spec, cache, options, located: &located, encoders: &encoders, build: &build };
-    let (records, tokenized_here, kind, _publish_guard) = match tokenize_all(&run, &claims, &tasks)? {
-        Together::Publish { records, tokenized_here, kind, guard } => (records, tokenized_here, kind, guard),
+    let (records, tokenized_here, kind, fast_off, _publish_guard) = match tokenize_all(&run, &claims, &tasks)? {
+        Together::Publish { records, tokenized_here, kind, fast_off, guard } => {
+            (records, tokenized_here, kind, fast_off, guard)
+        }
         Together::PublishedElsewhere { tokenized_here } => {
             // A task that set up the build directory while another published leaves
             // it behind otherwise; whoever leaves last removes it.
@@ -196,8 +198,15 @@ pub fn prepare(spec: &Spec, cache: &CacheLayout, options: &PrepareOptions) -> Re
         shards_tokenized_here: tokenized_here,
         shards_total: tasks.len(),
     };
-    let making =
-        record::Making { spec, located: &located, encoders: &encoders, kind, build: build_record, tokenize_seconds };
+    let making = record::Making {
+        spec,
+        located: &located,
+        encoders: &encoders,
+        kind,
+        fast_off,
+        build: build_record,
+        tokenize_seconds,
+    };
     let mut manifest = record::manifest(making, by_split.counts, &data_files, files);
     manifest.timings.publish_seconds = publish_started.elapsed().as_secs_f64();
     manifest.timings.total_seconds = started.elapsed().as_secs_f64();

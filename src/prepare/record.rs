@@ -49,6 +49,8 @@ pub struct Making<'a> {
     pub located: &'a Located,
     pub encoders: &'a Encoders,
     pub kind: EncoderKind,
+    /// Why the fast path was turned off during the build, where it was.
+    pub fast_off: Option<String>,
     pub build: BuildRecord,
     pub tokenize_seconds: f64,
 }
@@ -60,7 +62,7 @@ pub fn manifest(
     data_files: &BTreeMap<String, Vec<String>>,
     files: Vec<WrittenFile>,
 ) -> Manifest {
-    let Making { spec, located, encoders, kind, build, tokenize_seconds } = making;
+    let Making { spec, located, encoders, kind, fast_off, build, tokenize_seconds } = making;
     let mut totals = Totals { bytes: files.iter().map(|f| f.size).sum(), ..Totals::default() };
     let mut splits = BTreeMap::new();
     for (split, split_inputs) in located.splits.iter().zip(&located.hashes) {
@@ -81,7 +83,7 @@ pub fn manifest(
             blake3: located.tokenizer_identity.to_hex().to_string(),
             vocab_size: encoders.vocab_size,
             encoder: kind,
-            fast_unavailable: encoders.fast_unavailable.clone(),
+            fast_unavailable: fast_off.or_else(|| encoders.fast_unavailable.clone()),
             bos_id: encoders.bos_eos.prepend,
             eos_id: encoders.bos_eos.append,
         },

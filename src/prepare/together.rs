@@ -2,6 +2,7 @@
 //! nodes) tokenizes the shards it can claim, waits for the rest, and exactly one
 //! publishes.
 
+use std::path::Path;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -17,8 +18,15 @@ use super::{PrepareError, published};
 
 /// How this task's part of a shared build ended.
 pub(super) enum Together<'a> {
-    /// Every shard is done and this task holds the publish claim.
-    Publish { records: Vec<ShardRecord>, tokenized_here: usize, kind: EncoderKind, guard: ClaimGuard<'a> },
+    /// Every shard is done and this task holds the publish claim. `fast_off`: why
+    /// the fast path was turned off during the build, where it was.
+    Publish {
+        records: Vec<ShardRecord>,
+        tokenized_here: usize,
+        kind: EncoderKind,
+        fast_off: Option<String>,
+        guard: ClaimGuard<'a>,
+    },
     /// Another task published the entry.
     PublishedElsewhere { tokenized_here: usize },
 }
@@ -66,14 +74,18 @@ pub(super) fn build_together<'a>(
                     tracing::warn!(
                         "the tokenizer's vocabulary or merges read differently by the fast encoder and the tokenizer; re-encoding every shard with the tokenizer"
                     );
-                    disable_fast_path(&fast_disabled)?;
+                    disable_fast_path(&fast_disabled, VOCABULARY_READ_DIFFERENTLY)?;
                     continue;
                 }
             }
             Err(PrepareError::Shard(ShardError::FastPathMismatch { path, record })) => {
                 // Rare: the vocabulary looked equivalent but is not.
                 tracing::warn!(path = %path.display(), record, "the fast encoder disagrees with the tokenizer; re-encoding every shard with the tokenizer");
-                disable_fast_path(&fast_disabled)?;
+                let reason = format!(
+                    "the fast encoder disagreed with the tokenizer on record {record} of {}; every shard was encoded with the tokenizer",
+                    path.display()
+                );
+                disable_fast_path(&fast_disabled, &reason)?;
                 continue;
             }
             // A straggler whose build was published meanwhile has nothing left to do.
@@ -93,7 +105,9 @@ pub(super) fn build_together<'a>(
                     if published(cache, fingerprint)?.is_some() {
                         return Ok(Together::PublishedElsewhere { tokenized_here });
                     }
-                    return Ok(Together::Publish { records, tokenized_here, kind, guard });
+                    let fast_off = (!kind.is_fast() && context.encoders.fast_available())
+                        .then(|| why_fast_path_is_off(&fast_disabled));
+                    return Ok(Together::Publish { records, tokenized_here, kind, fast_off, guard });
                 }
             }
             None => tracing::debug!("waiting for shards other tasks are tokenizing"),
@@ -102,10 +116,30 @@ pub(super) fn build_together<'a>(
     }
 }
 
-/// Turns the fast path off for every task building this entry: each then encodes
-/// every shard again with the tokenizer, so the output stays deterministic.
-fn disable_fast_path(fast_disabled: &std::path::Path) -> Result<(), PrepareError> {
-    fsutil::write_atomic(fast_disabled, b"").map_err(|err| IoError::at("writing", fast_disabled)(err).into())
+const VOCABULARY_READ_DIFFERENTLY: &str = "the fast encoder read the tokenizer's vocabulary or merges otherwise than the tokenizer (for example two tokens on one id); every shard was encoded with the tokenizer";
+
+/// The most of a reason read back from a build directory, which other users'
+/// tasks sharing the cache may write.
+const REASON_MAX_BYTES: u64 = 4096;
+
+/// Turns the fast path off for every task building this entry, saying why: each
+/// then encodes every shard again with the tokenizer, so the output stays
+/// deterministic, and the manifest records the reason.
+fn disable_fast_path(fast_disabled: &Path, reason: &str) -> Result<(), PrepareError> {
+    fsutil::write_atomic(fast_disabled, reason.as_bytes())
+        .map_err(|err| IoError::at("writing", fast_disabled)(err).into())
+}
+
+/// The reason `disable_fast_path` gave, as text of bounded length.
+fn why_fast_path_is_off(fast_disabled: &Path) -> String {
+    let mut reason = Vec::new();
+    let read = std::fs::File::open(fast_disabled)
+        .and_then(|file| std::io::Read::read_to_end(&mut std::io::Read::take(file, REASON_MAX_BYTES), &mut reason));
+    match read {
+        Ok(_) if !reason.is_empty() => String::from_utf8_lossy(&reason).into_owned(),
+        _ => "another task building this entry turned the fast path off; every shard was encoded with the tokenizer"
+            .to_string(),
+    }
 }
 
 /// The order this task visits shards in: under `srun`, task k starts at its own
@@ -168,5 +202,24 @@ fn run_claimed_shards(
     match failure.into_inner().unwrap_or_else(|e| e.into_inner()) {
         Some(err) => Err(err),
         None => Ok(tokenized.into_inner()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_reason_the_fast_path_went_off_is_read_back_bounded() {
+        let dir = tempfile::tempdir().unwrap();
+        let flag = dir.path().join("fast-path-disabled");
+        assert!(why_fast_path_is_off(&flag).contains("another task"), "no file: a reason all the same");
+        disable_fast_path(&flag, VOCABULARY_READ_DIFFERENTLY).unwrap();
+        assert_eq!(why_fast_path_is_off(&flag), VOCABULARY_READ_DIFFERENTLY);
+        // Written by someone else sharing the cache: long, and not UTF-8.
+        std::fs::write(&flag, [b'x'; 10_000].iter().chain(&[0xff]).copied().collect::<Vec<u8>>()).unwrap();
+        assert_eq!(why_fast_path_is_off(&flag).len(), REASON_MAX_BYTES as usize);
+        std::fs::write(&flag, b"bad \xff byte").unwrap();
+        assert_eq!(why_fast_path_is_off(&flag), "bad \u{fffd} byte");
     }
 }
