@@ -10,7 +10,7 @@ use crate::cache::layout::CacheLayout;
 use crate::cache::manifest::EncoderKind;
 use crate::errors::IoError;
 use crate::fingerprint::Fingerprint;
-use crate::fsutil;
+use crate::fsutil::{self, untrusted};
 
 use super::claims::{self, ClaimGuard, Claims};
 use super::shard::{self, ShardError, ShardRecord};
@@ -130,13 +130,11 @@ fn disable_fast_path(fast_disabled: &Path, reason: &str) -> Result<(), PrepareEr
         .map_err(|err| IoError::at("writing", fast_disabled)(err).into())
 }
 
-/// The reason `disable_fast_path` gave, as text of bounded length.
+/// The reason `disable_fast_path` gave: read as a regular file of bounded size,
+/// neither through a symlink nor blocking on a FIFO, and as text however it reads.
 fn why_fast_path_is_off(fast_disabled: &Path) -> String {
-    let mut reason = Vec::new();
-    let read = std::fs::File::open(fast_disabled)
-        .and_then(|file| std::io::Read::read_to_end(&mut std::io::Read::take(file, REASON_MAX_BYTES), &mut reason));
-    match read {
-        Ok(_) if !reason.is_empty() => String::from_utf8_lossy(&reason).into_owned(),
+    match untrusted::read_regular(fast_disabled, REASON_MAX_BYTES) {
+        Ok(reason) if !reason.is_empty() => String::from_utf8_lossy(&reason).into_owned(),
         _ => "another task building this entry turned the fast path off; every shard was encoded with the tokenizer"
             .to_string(),
     }
@@ -210,16 +208,32 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_reason_the_fast_path_went_off_is_read_back_bounded() {
+    fn the_reason_the_fast_path_went_off_is_read_back_as_untrusted_text() {
         let dir = tempfile::tempdir().unwrap();
         let flag = dir.path().join("fast-path-disabled");
-        assert!(why_fast_path_is_off(&flag).contains("another task"), "no file: a reason all the same");
+        let generic = |reason: String| assert!(reason.contains("another task"), "{reason}");
+        generic(why_fast_path_is_off(&flag));
         disable_fast_path(&flag, VOCABULARY_READ_DIFFERENTLY).unwrap();
         assert_eq!(why_fast_path_is_off(&flag), VOCABULARY_READ_DIFFERENTLY);
-        // Written by someone else sharing the cache: long, and not UTF-8.
-        std::fs::write(&flag, [b'x'; 10_000].iter().chain(&[0xff]).copied().collect::<Vec<u8>>()).unwrap();
-        assert_eq!(why_fast_path_is_off(&flag).len(), REASON_MAX_BYTES as usize);
+        // Written by someone else sharing the cache: not UTF-8, too long, a link, a FIFO.
         std::fs::write(&flag, b"bad \xff byte").unwrap();
         assert_eq!(why_fast_path_is_off(&flag), "bad \u{fffd} byte");
+        std::fs::write(&flag, vec![b'x'; REASON_MAX_BYTES as usize + 1]).unwrap();
+        generic(why_fast_path_is_off(&flag));
+        let elsewhere = dir.path().join("elsewhere");
+        std::fs::write(&elsewhere, b"read through a link").unwrap();
+        std::fs::remove_file(&flag).unwrap();
+        std::os::unix::fs::symlink(&elsewhere, &flag).unwrap();
+        generic(why_fast_path_is_off(&flag));
+        std::fs::remove_file(&flag).unwrap();
+        rustix::fs::mknodat(
+            rustix::fs::CWD,
+            &flag,
+            rustix::fs::FileType::Fifo,
+            rustix::fs::Mode::RUSR | rustix::fs::Mode::WUSR,
+            0,
+        )
+        .unwrap();
+        generic(why_fast_path_is_off(&flag));
     }
 }
