@@ -71,21 +71,15 @@ pub(super) fn build_together<'a>(
                 tokenized_here += count;
                 if kind.is_fast() && !context.encoders.fast_path_confirmed() {
                     // Rare: ferry read the vocabulary or merges otherwise than `tokenizers`.
-                    tracing::warn!(
-                        "the tokenizer's vocabulary or merges read differently by the fast encoder and the tokenizer; re-encoding every shard with the tokenizer"
-                    );
                     disable_fast_path(&fast_disabled, VOCABULARY_READ_DIFFERENTLY)?;
                     continue;
                 }
             }
             Err(PrepareError::Shard(ShardError::FastPathMismatch { path, record })) => {
                 // Rare: the vocabulary looked equivalent but is not.
-                tracing::warn!(path = %path.display(), record, "the fast encoder disagrees with the tokenizer; re-encoding every shard with the tokenizer");
-                let reason = format!(
-                    "the fast encoder disagreed with the tokenizer on record {record} of {}; every shard was encoded with the tokenizer",
-                    path.display()
-                );
-                disable_fast_path(&fast_disabled, &reason)?;
+                let cause =
+                    format!("the fast encoder disagreed with the tokenizer on record {record} of {}", path.display());
+                disable_fast_path(&fast_disabled, &cause)?;
                 continue;
             }
             // A straggler whose build was published meanwhile has nothing left to do.
@@ -116,16 +110,18 @@ pub(super) fn build_together<'a>(
     }
 }
 
-const VOCABULARY_READ_DIFFERENTLY: &str = "the fast encoder read the tokenizer's vocabulary or merges otherwise than the tokenizer (for example two tokens on one id); every shard was encoded with the tokenizer";
+const VOCABULARY_READ_DIFFERENTLY: &str = "the fast encoder read the tokenizer's vocabulary or merges otherwise than the tokenizer (for example two tokens on one id)";
 
 /// The most of a reason read back from a build directory, which other users'
 /// tasks sharing the cache may write.
 const REASON_MAX_BYTES: u64 = 4096;
 
-/// Turns the fast path off for every task building this entry, saying why: each
+/// Turns the fast path off for every task building this entry, for `cause`: each
 /// then encodes every shard again with the tokenizer, so the output stays
 /// deterministic, and the manifest records the reason.
-fn disable_fast_path(fast_disabled: &Path, reason: &str) -> Result<(), PrepareError> {
+fn disable_fast_path(fast_disabled: &Path, cause: &str) -> Result<(), PrepareError> {
+    tracing::warn!("{cause}; re-encoding every shard with the tokenizer");
+    let reason = format!("{cause}; every shard was encoded with the tokenizer");
     fsutil::write_atomic(fast_disabled, reason.as_bytes())
         .map_err(|err| IoError::at("writing", fast_disabled)(err).into())
 }
@@ -214,7 +210,10 @@ mod tests {
         let generic = |reason: String| assert!(reason.contains("another task"), "{reason}");
         generic(why_fast_path_is_off(&flag));
         disable_fast_path(&flag, VOCABULARY_READ_DIFFERENTLY).unwrap();
-        assert_eq!(why_fast_path_is_off(&flag), VOCABULARY_READ_DIFFERENTLY);
+        assert_eq!(
+            why_fast_path_is_off(&flag),
+            format!("{VOCABULARY_READ_DIFFERENTLY}; every shard was encoded with the tokenizer")
+        );
         // Written by someone else sharing the cache: not UTF-8, too long, a link, a FIFO.
         std::fs::write(&flag, b"bad \xff byte").unwrap();
         assert_eq!(why_fast_path_is_off(&flag), "bad \u{fffd} byte");
