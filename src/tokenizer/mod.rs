@@ -222,18 +222,8 @@ impl Parsed {
                 // before the first document: ferry's reading has the largest.
                 Some((text, largest_model_id)) => (text, true, vocab_size_given(&tokenizer, largest_model_id)),
                 None => {
-                    // Counting a large vocabulary's ids takes hundredths of a second:
-                    // done while the canonical form is written.
-                    let (canonical, size) = std::thread::scope(|scope| {
-                        let counting = std::thread::Builder::new().spawn_scoped(scope, || vocab_size(&tokenizer)).ok();
-                        let canonical = tokenizer.to_string(false).map_err(load_error);
-                        let size = match counting.map(|thread| thread.join()) {
-                            Some(Ok(size)) => size,
-                            _ => vocab_size(&tokenizer),
-                        };
-                        (canonical, size)
-                    });
-                    (canonical?, false, size)
+                    let (canonical, size) = written_canonical_and_vocab_size(&tokenizer);
+                    (canonical.map_err(load_error)?, false, size)
                 }
             };
             let fast = provisional.map(|provisional| match provisional {
@@ -244,6 +234,20 @@ impl Parsed {
             Ok(Parsed { source_name: source_name.clone(), tokenizer, canonical, assembled, vocab_size, fast })
         })
     }
+}
+
+/// The canonical form `tokenizers` writes, and `vocab_size`, counted meanwhile:
+/// each takes hundredths of a second for a large vocabulary.
+fn written_canonical_and_vocab_size(tokenizer: &tokenizers::Tokenizer) -> (tokenizers::Result<String>, u64) {
+    std::thread::scope(|scope| {
+        let counting = std::thread::Builder::new().spawn_scoped(scope, || vocab_size(tokenizer)).ok();
+        let canonical = tokenizer.to_string(false);
+        let size = match counting.map(|thread| thread.join()) {
+            Some(Ok(size)) => size,
+            _ => vocab_size(tokenizer),
+        };
+        (canonical, size)
+    })
 }
 
 /// The tokenizer's identity for the fingerprint: a hash of its canonical
