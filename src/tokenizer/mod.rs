@@ -334,8 +334,8 @@ impl WrittenCheck {
     }
 
     /// Starts comparing; where no thread can be started, compares here.
-    fn start(reference: &Arc<tokenizers::Tokenizer>, assembled: &str) -> WrittenCheck {
-        let (shared, text) = (Arc::clone(reference), assembled.to_string());
+    fn start(reference: &Arc<tokenizers::Tokenizer>, assembled: &Arc<str>) -> WrittenCheck {
+        let (shared, text) = (Arc::clone(reference), Arc::clone(assembled));
         let spawned =
             std::thread::Builder::new().name("canonical-check".into()).spawn(move || Written::compare(&shared, &text));
         match spawned {
@@ -363,8 +363,8 @@ pub struct BosEos {
 pub struct Encoders {
     pub source_name: String,
     reference: Arc<tokenizers::Tokenizer>,
-    /// The reference's canonical serialization.
-    serialized: String,
+    /// The reference's canonical serialization (shared with `written`'s thread).
+    serialized: Arc<str>,
     /// Whether `tokenizers` writes `serialized` itself, where it was assembled.
     written: WrittenCheck,
     fast: Option<FastEncoder>,
@@ -396,12 +396,12 @@ impl Encoders {
             // Rare; compared here, before the settings go.
             written = WrittenCheck::done(Written::compare(&reference, &canonical));
         }
-        let serialized = if plain {
-            canonical
+        let serialized: Arc<str> = if plain {
+            canonical.into()
         } else {
             reference.with_truncation(None).map_err(|err| load_error(&err))?;
             reference.with_padding(None);
-            reference.to_string(false).map_err(|err| load_error(&err))?
+            reference.to_string(false).map_err(|err| load_error(&err))?.into()
         };
         let reference = Arc::new(reference);
         if assembled && plain {
@@ -443,7 +443,7 @@ impl Encoders {
     /// The files an entry carries so that `transformers` and `tokenizers` load its
     /// tokenizer offline from the staged copy (see `for_readers`).
     pub fn files_for_readers(&self, model_max_length: Option<usize>) -> Result<Vec<(&'static str, String)>, String> {
-        let serialized = match self.written.outcome() {
+        let serialized: &str = match self.written.outcome() {
             Written::Differs(Some(own)) => own,
             _ => &self.serialized,
         };
