@@ -9,7 +9,24 @@ use std::process::ExitCode;
 use clap::Parser;
 use tracing_subscriber::EnvFilter;
 
+/// mimalloc rather than glibc's allocator: a build's threads allocate and free
+/// many small strings while reading a tokenizer, and buffers pass from the
+/// reading thread to the workers. On a 2-core machine, `prepare` over 108 MB ran
+/// 10-25% faster on one thread, and glibc's arenas per thread held up to 30 MiB
+/// more (README, "Performance").
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+/// mimalloc's `mi_option_purge_delay` (`mimalloc.h`, v3), which `libmimalloc-sys`
+/// has no constant for.
+const MI_OPTION_PURGE_DELAY: libmimalloc_sys::mi_option_t = 15;
+
 fn main() -> ExitCode {
+    // Freed memory goes back to the system at once, not a second later: peak RSS
+    // stays within a build's bound of 64 MiB per worker (mimalloc's default kept
+    // 250 MiB at the peak where glibc kept 140 MiB).
+    // SAFETY: called before any other thread exists, as `mi_option_set` requires.
+    unsafe { libmimalloc_sys::mi_option_set(MI_OPTION_PURGE_DELAY, 0) };
     let cli = ferry::cli::Cli::parse();
     init_logging(cli.verbose, cli.quiet);
     match std::panic::catch_unwind(|| ferry::commands::run(cli)) {
