@@ -293,8 +293,11 @@ fn identity_memo_key(spec: &Spec) -> Option<String> {
 
 /// Gives the memory that parsing a tokenizer freed back to the system. Parsing
 /// a large one allocates and frees some tens of MB (the file, the canonical form,
-/// temporary maps); glibc keeps freed memory in its heap, so a build's resident
-/// memory would stay that much higher for its whole run.
+/// temporary maps). The `ferry` binary allocates with mimalloc, which returns
+/// freed memory itself (see `main.rs`); where glibc's allocator is the one (the
+/// library in benches and tests, and C code such as zstd's), glibc keeps freed
+/// memory in its heap, and a build's resident memory would stay that much higher
+/// for its whole run.
 fn release_freed_heap() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     // SAFETY: malloc_trim only returns free pages of glibc's heaps to the system.
