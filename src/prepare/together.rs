@@ -57,8 +57,10 @@ pub(super) fn build_together<'a>(
         if published(cache, fingerprint)?.is_some() {
             return Ok(Together::PublishedElsewhere { tokenized_here });
         }
+        // Any entry by the flag's name turns the fast path off, a symlink too: the
+        // check does not follow one that another user sharing the cache planted.
         let kind = match context.encoders.fast_kind() {
-            Some(fast) if !fast_disabled.exists() => fast,
+            Some(fast) if fast_disabled.symlink_metadata().is_err() => fast,
             _ => EncoderKind::Tokenizers,
         };
         if known_kind != Some(kind) {
