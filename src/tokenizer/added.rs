@@ -90,16 +90,14 @@ const FIRST_BYTE_FROM_U0300: u8 = 0xCC;
 /// check starts at the first character from U+0300 on, found by its first byte,
 /// 32 bytes at a time.
 fn passes_nfc_quick_check(text: &str) -> bool {
-    let (chunks, rest) = text.as_bytes().as_chunks::<32>();
-    // A maximum, not a search, so that each whole chunk is a few vector operations.
+    let bytes = text.as_bytes();
+    let (chunks, _) = bytes.as_chunks::<32>();
+    // A maximum, not a search, so that each whole chunk is a few vector operations;
+    // the search then runs from the chunk that has such a byte, or past them all.
     let wide_chunk =
         chunks.iter().position(|chunk| chunk.iter().fold(0, |max, &byte| max.max(byte)) >= FIRST_BYTE_FROM_U0300);
-    let searched = match wide_chunk {
-        Some(index) => &chunks[index][..],
-        None => rest,
-    };
-    let offset = wide_chunk.map_or(chunks.len(), |index| index) * 32;
-    let first = searched.iter().position(|&byte| byte >= FIRST_BYTE_FROM_U0300).map(|at| offset + at);
+    let from = wide_chunk.unwrap_or(chunks.len()) * 32;
+    let first = bytes[from..].iter().position(|&byte| byte >= FIRST_BYTE_FROM_U0300).map(|at| from + at);
     // Such a first byte starts a character, so `at` is on a boundary.
     first.is_none_or(|at| is_nfc_quick(text[at..].chars()) == IsNormalized::Yes)
 }
