@@ -63,3 +63,14 @@ fn init_logging(verbose: u8, quiet: bool) {
         .with_ansi(ansi)
         .init();
 }
+
+#[cfg(test)]
+mod tests {
+    /// The index `main` sets is `mimalloc.h`'s purge delay: before it is set, it
+    /// reads that option's default, 1000 ms in mimalloc v3 (`options.c`).
+    #[test]
+    fn the_option_main_sets_is_the_purge_delay() {
+        // SAFETY: reading an option has no precondition.
+        assert_eq!(unsafe { libmimalloc_sys::mi_option_get(super::MI_OPTION_PURGE_DELAY) }, 1000);
+    }
+}
