@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use arrow_array::{ArrayRef, Int8Array, Int32Array, ListArray, RecordBatch, UInt16Array, UInt32Array};
-use arrow_buffer::{OffsetBuffer, ScalarBuffer};
+use arrow_buffer::{Buffer, OffsetBuffer, ScalarBuffer};
 use arrow_ipc::writer::StreamWriter;
 use arrow_schema::{DataType, Field, Schema};
 
@@ -105,6 +105,8 @@ pub struct PartWriter<F: Fn(usize) -> PathBuf> {
     open: Option<OpenPart>,
     offsets: Vec<i32>,
     values: Vec<u32>,
+    /// Ones for the attention mask, shared by every batch (sliced to its length).
+    ones: Buffer,
     finished: Vec<WrittenFile>,
 }
 
@@ -125,6 +127,7 @@ impl<F: Fn(usize) -> PathBuf> PartWriter<F> {
             open: None,
             offsets: vec![0],
             values: Vec::new(),
+            ones: Buffer::from_vec(Vec::<i8>::new()),
             finished: Vec::new(),
         }
     }
@@ -144,7 +147,10 @@ impl<F: Fn(usize) -> PathBuf> PartWriter<F> {
             return Ok(());
         }
         let tokens = self.values.len() as u64;
-        let (batch, lent) = build_batch(&self.columns, &self.schema, &self.offsets, &mut self.values);
+        if self.columns.attention_mask && self.ones.len() < self.values.len() {
+            self.ones = Buffer::from_vec(vec![1i8; self.values.len().max(BATCH_TOKENS)]);
+        }
+        let (batch, lent) = build_batch(&self.columns, &self.schema, &self.offsets, &mut self.values, &self.ones);
         self.offsets.truncate(1);
         if self.open.is_none() {
             let path = (self.part_path)(self.finished.len());
@@ -153,7 +159,7 @@ impl<F: Fn(usize) -> PathBuf> PartWriter<F> {
         let part = self.open.as_mut().expect("opened above");
         let written = part.writer.write(&batch);
         drop(batch);
-        if let Some(values) = lent.and_then(|lent| lent.into_inner().into_vec::<u32>().ok()) {
+        if let Some(values) = lent.and_then(|lent| lent.into_vec::<u32>().ok()) {
             self.values = values;
         }
         self.values.clear();
@@ -193,36 +199,40 @@ fn open_part(path: &Path, schema: &Schema) -> Result<OpenPart, WriteError> {
     Ok(OpenPart { writer, rows: 0, tokens: 0 })
 }
 
-/// The record batch of rows ending at `offsets` in `values`. `uint32` ids, the
-/// common type, become the token column as they are, with no copy: `values` is
-/// lent to the batch and comes back as the buffer returned, whose memory is
-/// `values`' again once the batch is dropped (see `ScalarBuffer::into_inner`).
+/// The record batch of rows ending at `offsets` in `values`. `uint32` and `int32`
+/// ids become the token column as they are, with no copy: ids are below the
+/// vocabulary size, checked against the type when the tokenizer loads, so an
+/// `int32` reads the same bits. `values` is lent to the batch and comes back as
+/// the buffer returned, whose memory is `values`' again once the batch is dropped
+/// (see `Buffer::into_vec`). The attention mask is a slice of `ones`.
 fn build_batch(
     columns: &Columns,
     schema: &Arc<Schema>,
     offsets: &[i32],
     values: &mut Vec<u32>,
-) -> (RecordBatch, Option<ScalarBuffer<u32>>) {
+    ones: &Buffer,
+) -> (RecordBatch, Option<Buffer>) {
     let list = |data_type: DataType, values: ArrayRef| -> ArrayRef {
         let field = Arc::new(Field::new("item", data_type, true));
         Arc::new(ListArray::new(field, OffsetBuffer::new(offsets.to_vec().into()), values, None))
     };
     let tokens = values.len();
     let mut lent = None;
+    let mut lend = |values: &mut Vec<u32>| {
+        let buffer = Buffer::from_vec(std::mem::take(values));
+        lent = Some(buffer.clone());
+        buffer
+    };
     let token_values: ArrayRef = match columns.token_type {
-        // Ids are below the vocabulary size, checked against the type when the tokenizer loads.
-        TokenType::Int32 => Arc::new(Int32Array::from_iter_values(values.iter().map(|&v| v as i32))),
+        TokenType::Int32 => Arc::new(Int32Array::new(ScalarBuffer::new(lend(values), 0, tokens), None)),
         TokenType::Uint16 => Arc::new(UInt16Array::from_iter_values(values.iter().map(|&v| v as u16))),
-        TokenType::Uint32 => {
-            let buffer = ScalarBuffer::from(std::mem::take(values));
-            lent = Some(buffer.clone());
-            Arc::new(UInt32Array::new(buffer, None))
-        }
+        TokenType::Uint32 => Arc::new(UInt32Array::new(ScalarBuffer::new(lend(values), 0, tokens), None)),
     };
     let input_ids = list(columns.token_data_type(), token_values);
     let mut arrays = vec![input_ids.clone()];
     if columns.attention_mask {
-        arrays.push(list(DataType::Int8, Arc::new(Int8Array::from_iter_values(std::iter::repeat_n(1i8, tokens)))));
+        let mask = Int8Array::new(ScalarBuffer::new(ones.clone(), 0, tokens), None);
+        arrays.push(list(DataType::Int8, Arc::new(mask)));
     }
     if columns.labels {
         arrays.push(input_ids);
@@ -296,34 +306,52 @@ mod tests {
     }
 
     #[test]
-    fn uint32_rows_are_written_from_the_rows_own_memory_which_comes_back_for_the_next_batch() {
-        let dir = tempfile::tempdir().unwrap();
-        // Labels share the token column: the buffer has two users in the batch.
-        let columns = Columns { token_type: TokenType::Uint32, labels: true, attention_mask: false };
-        let mut writer = PartWriter::new(columns, 1 << 30, |k| dir.path().join(format!("p{k}.arrow")));
-        let rows = 3 * BATCH_ROWS as u32 + 7;
-        for i in 0..rows {
-            writer.push_row(&[i, u32::MAX - i]).unwrap();
-            if i == BATCH_ROWS as u32 + 1 {
-                assert!(writer.values.capacity() >= 2 * BATCH_ROWS, "the first batch's memory came back");
-            }
-        }
-        let files = writer.finish().unwrap();
-        let bytes = std::fs::read(dir.path().join("p0.arrow")).unwrap();
-        let reader = StreamReader::try_new(&bytes[..], None).unwrap();
-        let mut seen = 0;
-        for batch in reader.map(Result::unwrap) {
-            for column in [0, 1] {
-                let lists = batch.column(column).as_any().downcast_ref::<ListArray>().unwrap();
-                for row in 0..batch.num_rows() {
-                    let i = seen + row as u32;
-                    let ids = lists.value(row);
-                    assert_eq!(ids.as_any().downcast_ref::<UInt32Array>().unwrap().values(), &[i, u32::MAX - i]);
+    fn uint32_and_int32_rows_are_written_from_the_rows_own_memory_which_comes_back_for_the_next_batch() {
+        for token_type in [TokenType::Uint32, TokenType::Int32] {
+            let dir = tempfile::tempdir().unwrap();
+            // Labels share the token column: the buffer has two users in the batch.
+            let columns = Columns { token_type, labels: true, attention_mask: true };
+            let mut writer = PartWriter::new(columns, 1 << 30, |k| dir.path().join(format!("p{k}.arrow")));
+            let rows = 3 * BATCH_ROWS as u32 + 7;
+            // A row longer than a batch's tokens: the attention mask's ones grow for it.
+            let long = BATCH_ROWS as u32;
+            let long_row: Vec<u32> = (0..BATCH_TOKENS as u32 + 5).collect();
+            let row = |i: u32| if i == long { long_row.clone() } else { vec![i, i32::MAX as u32 - i] };
+            for i in 0..rows {
+                writer.push_row(&row(i)).unwrap();
+                if i == BATCH_ROWS as u32 - 1 {
+                    assert!(writer.values.capacity() >= 2 * BATCH_ROWS, "the first batch's memory came back");
                 }
             }
-            seen += batch.num_rows() as u32;
+            let files = writer.finish().unwrap();
+            let bytes = std::fs::read(dir.path().join("p0.arrow")).unwrap();
+            let reader = StreamReader::try_new(&bytes[..], None).unwrap();
+            let mut seen = 0;
+            for batch in reader.map(Result::unwrap) {
+                let [ids, mask, labels] =
+                    [0, 1, 2].map(|column| batch.column(column).as_any().downcast_ref::<ListArray>().unwrap().clone());
+                for row_at in 0..batch.num_rows() {
+                    let expected = row(seen + row_at as u32);
+                    let (ids, labels) = (ids.value(row_at), labels.value(row_at));
+                    for written in [ids, labels] {
+                        let values: Vec<u32> = match token_type {
+                            TokenType::Int32 => {
+                                let array = written.as_any().downcast_ref::<Int32Array>().unwrap();
+                                array.values().iter().map(|&v| v as u32).collect()
+                            }
+                            _ => written.as_any().downcast_ref::<UInt32Array>().unwrap().values().to_vec(),
+                        };
+                        assert_eq!(values, expected);
+                    }
+                    let mask = mask.value(row_at);
+                    let mask = mask.as_any().downcast_ref::<Int8Array>().unwrap();
+                    assert_eq!(mask.len(), expected.len());
+                    assert!(mask.values().iter().all(|&one| one == 1));
+                }
+                seen += batch.num_rows() as u32;
+            }
+            assert_eq!((seen, files[0].rows), (rows, rows as u64));
         }
-        assert_eq!((seen, files[0].rows), (rows, rows as u64));
     }
 
     #[test]
