@@ -494,17 +494,16 @@ impl Encoders {
         let _ = std::thread::Builder::new().name("free-encoders".into()).spawn(move || drop(self));
     }
 
-    /// Wraps ids in the BOS/EOS tokens the rule asks for.
-    pub fn with_bos_eos(&self, ids: Vec<u32>) -> Vec<u32> {
+    /// Wraps ids in the BOS/EOS tokens the rule asks for, in place: a copy into a
+    /// new vector cost every document an allocation, often of fresh pages.
+    pub fn with_bos_eos(&self, mut ids: Vec<u32>) -> Vec<u32> {
         let BosEos { prepend, append } = self.bos_eos;
-        if prepend.is_none() && append.is_none() {
-            return ids;
+        ids.reserve(usize::from(prepend.is_some()) + usize::from(append.is_some()));
+        if let Some(id) = prepend {
+            ids.insert(0, id);
         }
-        let mut out = Vec::with_capacity(ids.len() + 2);
-        out.extend(prepend);
-        out.extend(ids);
-        out.extend(append);
-        out
+        ids.extend(append);
+        ids
     }
 }
 
@@ -772,6 +771,21 @@ mod tests {
         assert_eq!(encoders.bos_eos, BosEos { prepend: None, append: Some(50256) });
         assert_eq!(encoders.with_bos_eos(vec![1, 2]), vec![1, 2, 50256]);
         assert_eq!(encoders.vocab_size, 50257);
+    }
+
+    #[test]
+    fn bos_and_eos_wrap_the_ids_in_place() {
+        let mut encoders = Encoders::load(&gpt2_spec("")).unwrap();
+        for (prepend, append, expected) in
+            [(Some(7), Some(9), vec![7, 1, 2, 3, 9]), (Some(7), None, vec![7, 1, 2, 3]), (None, None, vec![1, 2, 3])]
+        {
+            encoders.bos_eos = BosEos { prepend, append };
+            assert_eq!(encoders.with_bos_eos(vec![1, 2, 3]), expected);
+            assert_eq!(
+                encoders.with_bos_eos(Vec::new()),
+                expected.iter().copied().filter(|&id| id > 3).collect::<Vec<_>>()
+            );
+        }
     }
 
     #[test]
