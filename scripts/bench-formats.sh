@@ -61,10 +61,13 @@ formats = $formats
 TOML
 }
 
-# One measured run, in its own Python process so its peak RSS is its own.
+# One measured run, in its own Python process so its peak RSS is its own. The
+# page cache is flushed first, untimed: the write-back of the run before (up to
+# gigabytes with every format) would otherwise be charged to this one.
 measure() {
   local spec=$1
   rm -rf "$work/cache"
+  sync
   python3 - "$ferry" "$spec" "$work/cache" <<'PY'
 import json, resource, subprocess, sys, time
 ferry, spec, cache = sys.argv[1:4]
