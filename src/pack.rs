@@ -40,12 +40,26 @@ impl Packer {
                 }
             }
             PackMode::Concat => {
-                self.buffer.extend_from_slice(ids);
-                let full = self.buffer.len() / self.seq_len * self.seq_len;
-                for row in self.buffer[..full].chunks_exact(self.seq_len) {
+                // The row begun by earlier documents is finished first; the rows
+                // after it are emitted from `ids` where they are, not copied into
+                // the buffer and out again.
+                let mut rest = ids;
+                if !self.buffer.is_empty() {
+                    let (head, tail) = rest.split_at(rest.len().min(self.seq_len - self.buffer.len()));
+                    self.buffer.extend_from_slice(head);
+                    rest = tail;
+                    if self.buffer.len() < self.seq_len {
+                        return Ok(());
+                    }
+                    emit(&self.buffer)?;
+                    self.buffer.clear();
+                }
+                let rows = rest.chunks_exact(self.seq_len);
+                let remainder = rows.remainder();
+                for row in rows {
                     emit(row)?;
                 }
-                self.buffer.drain(..full);
+                self.buffer.extend_from_slice(remainder);
             }
         }
         Ok(())
@@ -81,6 +95,28 @@ mod tests {
         let (rows, stats) = pack(PackMode::Concat, 3, &[&[1, 2], &[3, 4, 5, 6, 7], &[8]]);
         assert_eq!(rows, vec![vec![1, 2, 3], vec![4, 5, 6]]);
         assert_eq!(stats.remainder_tokens, 2);
+    }
+
+    proptest::proptest! {
+        /// Concat is the documents' ids end to end, cut into rows of `seq_len`,
+        /// whatever the lengths of the documents against the rows.
+        #[test]
+        fn concat_rows_are_the_joined_ids_cut_every_seq_len(
+            seq_len in 1usize..9,
+            lengths in proptest::collection::vec(0usize..30, 0..12),
+        ) {
+            let mut next = 0u32;
+            let docs: Vec<Vec<u32>> = lengths
+                .iter()
+                .map(|&len| (0..len).map(|_| { next += 1; next }).collect())
+                .collect();
+            let doc_refs: Vec<&[u32]> = docs.iter().map(Vec::as_slice).collect();
+            let (rows, stats) = pack(PackMode::Concat, seq_len, &doc_refs);
+            let joined: Vec<u32> = docs.concat();
+            let expected: Vec<Vec<u32>> = joined.chunks_exact(seq_len).map(<[u32]>::to_vec).collect();
+            proptest::prop_assert_eq!(rows, expected);
+            proptest::prop_assert_eq!(stats.remainder_tokens as usize, joined.len() % seq_len);
+        }
     }
 
     #[test]
