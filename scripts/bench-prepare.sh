@@ -71,6 +71,8 @@ bench_bin=$(ls -t "$root"/target/"$profile_dir"/deps/encoders-* | grep -v '\.d$'
 for round in $(seq 1 "$rounds"); do
   say "round $round/$rounds: ferry prepare ($cores workers), then the raw encoders on the same text from memory"
   rm -rf "$work/cache"
+  # Untimed: the write-back of the round before is not charged to this one.
+  sync
   "$venv/bin/python" - "$ferry" "$work" >> "$work/ferry.jsonl" <<'PY'
 import json, resource, subprocess, sys, time
 ferry, work = sys.argv[1], sys.argv[2]
@@ -262,7 +264,7 @@ say "encoder cores, one thread"
   say "the encoders bench failed; see $peers/encoders.log"
 
 "$py" - "$peers" "$cores" <<'PY'
-import json, os, sys
+import json, os, statistics, sys
 peers, cores = sys.argv[1], sys.argv[2]
 def load(name):
     path = os.path.join(peers, name + ".json")
@@ -282,18 +284,15 @@ for tokenizer in ("gpt2", "llama3"):
     why = f" ({ferry['fast_unavailable']})" if ferry and ferry.get("fast_unavailable") else ""
     print(f"{tokenizer:10s} {mtps(ferry):>10s} {mtps(hf):>10s} {mtps(dt):>10s}  {ratio_hf or 0:6.2f}x   {ratio_dt}          "
           f"{ferry['encoder'] if ferry else '-'}{why}  (target ferry/HF >= {targets[tokenizer]}x {verdict})")
+def runs(name):
+    try:
+        return [json.loads(l) for l in open(os.path.join(peers, name + ".jsonl")) if l.strip()]
+    except (OSError, ValueError):
+        return []
 def best(name):
-    try:
-        runs = [json.loads(l) for l in open(os.path.join(peers, name + ".jsonl")) if l.strip()]
-    except (OSError, ValueError):
-        return None
-    return max(runs, key=lambda r: r["tokens_per_second"], default=None)
+    return max(runs(name), key=lambda r: r["tokens_per_second"], default=None)
 def median_rate(name):
-    try:
-        rates = sorted(json.loads(l)["tokens_per_second"] for l in open(os.path.join(peers, name + ".jsonl")) if l.strip())
-    except (OSError, ValueError):
-        return None
-    return rates[len(rates) // 2] if rates else None
+    return statistics.median(r["tokens_per_second"] for r in runs(name))
 one, many = best("shards-one"), best("shards-many")
 if one and many:
     ratio = one["tokens_per_second"] / many["tokens_per_second"]
