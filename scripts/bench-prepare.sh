@@ -289,14 +289,12 @@ def runs(name):
         return [json.loads(l) for l in open(os.path.join(peers, name + ".jsonl")) if l.strip()]
     except (OSError, ValueError):
         return []
-def best(name):
-    return max(runs(name), key=lambda r: r["tokens_per_second"], default=None)
-def median_rate(name):
-    return statistics.median(r["tokens_per_second"] for r in runs(name))
-one, many = best("shards-one"), best("shards-many")
-if one and many:
-    ratio = one["tokens_per_second"] / many["tokens_per_second"]
-    medians = median_rate("shards-one") / median_rate("shards-many")
+one_runs, many_runs = runs("shards-one"), runs("shards-many")
+rate = lambda r: r["tokens_per_second"]
+if one_runs and many_runs:
+    one, many = max(one_runs, key=rate), max(many_runs, key=rate)
+    ratio = rate(one) / rate(many)
+    medians = statistics.median(map(rate, one_runs)) / statistics.median(map(rate, many_runs))
     print(f"ferry GPT-2, whole corpus as 1 shard {mtps(one)} vs as {cores} shards {mtps(many)} (best of each): "
           f"{ratio:.2f} (target >= 0.80) {'OK' if ratio >= 0.8 else 'MISSED'}; medians: {medians:.2f}")
 print("encoder cores, one thread, from memory (fast core vs tiktoken-rs, same ids):")
