@@ -155,12 +155,18 @@ fn a_cache_of_another_layout_version_is_refused_not_misread() {
 /// encoded concurrently and must still be written in input order.
 const SEVERAL_BATCHES: usize = 2800;
 
+/// The CPUs this process may use: a pool of this many threads reads each shard
+/// on the pool thread that runs it, a smaller one on a reading thread of its own.
+fn usable_cpus() -> String {
+    std::thread::available_parallelism().map_or(1, |n| n.get()).to_string()
+}
+
 #[test]
 fn one_shard_output_is_byte_identical_whatever_the_thread_count() {
     let env = TestEnv::new();
     env.shards("data", "train", 1, SEVERAL_BATCHES, 5);
     let spec = env.write("spec.toml", gpt2_spec("one", "data/*.jsonl.zst", SMALL_SEQ));
-    let runs: Vec<serde_json::Value> = ["1", "2", "5"]
+    let runs: Vec<serde_json::Value> = ["1".to_string(), "2".into(), "5".into(), usable_cpus()]
         .iter()
         .map(|jobs| {
             let cache = env.path(&format!("cache-{jobs}"));
@@ -172,6 +178,7 @@ fn one_shard_output_is_byte_identical_whatever_the_thread_count() {
     assert!(files[0].iter().any(|(name, _)| name.ends_with(".arrow")));
     assert_eq!(files[0], files[1], "1 vs 2 threads");
     assert_eq!(files[0], files[2], "1 vs 5 threads");
+    assert_eq!(files[0], files[3], "1 thread (reading on its own thread) vs one per CPU (reading on the pool)");
     assert_eq!(runs[0]["totals"]["documents"].as_u64(), Some(SEVERAL_BATCHES as u64), "{}", runs[0]);
 }
 
@@ -208,8 +215,9 @@ fn a_bad_record_in_a_late_batch_fails_naming_its_line_whatever_the_thread_count(
     let text = format!("{}{{\"text\": broken\n{}", good(0, 2500), good(2501, 300));
     env.write("data/long.jsonl", &text);
     let spec = env.write("spec.toml", gpt2_spec("bad", "data/*.jsonl", SMALL_SEQ));
-    for jobs in ["1", "3"] {
-        let output = env.run(&["prepare", spec.to_str().unwrap(), "--jobs", jobs]);
+    // One per CPU reads on the pool's threads; fewer read on a thread of their own.
+    for jobs in ["1".to_string(), "3".into(), usable_cpus()] {
+        let output = env.run(&["prepare", spec.to_str().unwrap(), "--jobs", &jobs]);
         let stderr = String::from_utf8_lossy(&output.stderr);
         assert_eq!(output.status.code(), Some(1), "{}", common::describe(&output));
         assert!(stderr.contains("long.jsonl line 2501") && stderr.contains("malformed JSON"), "{stderr}");

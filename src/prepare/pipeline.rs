@@ -1,14 +1,15 @@
-//! One shard as a pipeline that keeps every core busy with few shards: the
-//! shard's thread reads and batches documents, the worker pool encodes several
-//! batches at once, and one writer thread packs and writes them in input order.
+//! One shard as a pipeline that keeps every core busy with few shards: a reading
+//! thread parses and batches documents, the worker pool encodes several batches
+//! at once, and one writer thread packs and writes them in input order. The pool's
+//! threads only encode, so `--jobs` counts encoding threads.
 //! Batch boundaries depend only on the input and rows are emitted in batch
 //! order, so the output is the same whatever the thread count and scheduling.
 
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::{Receiver, Sender, channel};
-use std::time::Instant;
+use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender, SyncSender, TryRecvError, channel, sync_channel};
+use std::time::{Duration, Instant};
 
 use rayon::prelude::*;
 
@@ -196,69 +197,102 @@ pub(super) fn run(
     std::thread::scope(|threads| {
         let cancelled = &cancelled;
         let writing = threads.spawn(move || write_in_order(context, receiver, packer, writer, cancelled));
-        let totals = rayon::in_place_scope(|pool| {
-            let mut batches = Batches {
-                context,
-                task,
-                kind,
-                reader,
-                sender,
-                cancelled,
-                next: 0,
-                reported: 0,
-                guard: GuardSchedule::default(),
-            };
-            let totals = batches.read_all(pool);
-            // The writer's input ends once every encoding task has sent its batch.
-            drop(batches);
-            totals
-        });
+        let dispatch = Dispatch { context, path: &task.input.path, kind, sender, cancelled };
+        let mut reading = Reading::new(context, task, reader, cancelled);
+        let totals = if context.reading_threads {
+            let (batches, read) = sync_channel(READ_AHEAD_BATCHES);
+            let reading = threads.spawn(move || reading.send_all(batches));
+            rayon::in_place_scope(|pool| dispatch.run(pool, || next_read(&read)));
+            reading.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+        } else {
+            rayon::in_place_scope(|pool| dispatch.run(pool, || reading.next_batch()));
+            reading.totals
+        };
+        // The writer's input ends once every encoding task has sent its batch.
         let written = writing.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic));
         Ok((totals, written?))
     })
 }
 
-/// The reading end: batches documents and hands each to the pool.
-struct Batches<'a> {
-    context: &'a ShardContext<'a>,
-    task: &'a ShardTask,
-    kind: EncoderKind,
-    reader: Box<dyn DocumentReader>,
-    sender: Sender<Encoded<'a>>,
-    cancelled: &'a AtomicBool,
-    /// The next batch's place in the shard.
-    next: u64,
-    /// Input bytes already added to the progress counters.
-    reported: u64,
-    guard: GuardSchedule,
+/// Batches read but not yet handed to the pool, per shard, with a reading thread:
+/// the reader stays one batch ahead of the encoders and holds no more text than that.
+const READ_AHEAD_BATCHES: usize = 1;
+
+/// A batch read, in input order.
+enum ReadBatch {
+    /// The documents of one batch and the places in it the guard samples.
+    Documents { documents: Vec<Document>, sampled: Vec<usize> },
+    /// Reading stopped here; nothing follows.
+    Failed(ShardError),
 }
 
-impl<'a> Batches<'a> {
-    /// Reads to the end or to the first problem, which goes to the writer in order.
-    fn read_all<'scope>(&mut self, pool: &rayon::Scope<'scope>) -> ReadTotals
-    where
-        'a: 'scope,
-    {
-        let mut totals = ReadTotals::default();
-        if let Err(err) = self.read_into(pool, &mut totals) {
-            let _ = self.sender.send(Encoded { sequence: self.next, result: Err(err), _slot: None });
+/// The reading end: reads, parses and batches documents, on a thread of its own
+/// (see `ShardContext::reading_threads`) or on the pool thread that dispatches them.
+struct Reading<'a> {
+    context: &'a ShardContext<'a>,
+    task: &'a ShardTask,
+    reader: Box<dyn DocumentReader>,
+    cancelled: &'a AtomicBool,
+    guard: GuardSchedule,
+    totals: ReadTotals,
+    /// Input bytes already added to the progress counters.
+    reported: u64,
+    /// The reader has given its last item.
+    at_end: bool,
+    /// The last batch (or failure) has been given.
+    done: bool,
+}
+
+impl<'a> Reading<'a> {
+    fn new(
+        context: &'a ShardContext<'a>,
+        task: &'a ShardTask,
+        reader: Box<dyn DocumentReader>,
+        cancelled: &'a AtomicBool,
+    ) -> Self {
+        let (guard, totals) = (GuardSchedule::default(), ReadTotals::default());
+        Reading { context, task, reader, cancelled, guard, totals, reported: 0, at_end: false, done: false }
+    }
+
+    /// Reads every batch into `batches`, then gives what reading counted.
+    fn send_all(mut self, batches: SyncSender<ReadBatch>) -> ReadTotals {
+        while let Some(batch) = self.next_batch() {
+            // The pool's end receives until reading ends: only its panic gets here.
+            if batches.send(batch).is_err() {
+                break;
+            }
         }
+        self.totals
+    }
+
+    /// The next batch; `None` at the end, after a failure too.
+    fn next_batch(&mut self) -> Option<ReadBatch> {
+        if self.done {
+            return None;
+        }
+        let batch = match self.read_batch() {
+            Ok(Some(batch)) => return Some(batch),
+            Ok(None) => None,
+            Err(err) => Some(ReadBatch::Failed(err)),
+        };
+        self.done = true;
         // Count the bytes not yet reported (compressed tails, filtered records).
         let unreported = self.task.input.size.saturating_sub(self.reported);
         self.context.counters.input_bytes.fetch_add(unreported, Ordering::Relaxed);
-        totals
+        batch
     }
 
-    fn read_into<'scope>(&mut self, pool: &rayon::Scope<'scope>, totals: &mut ReadTotals) -> Result<(), ShardError>
-    where
-        'a: 'scope,
-    {
+    /// Reads up to a batch of documents; `None` when there are no more (or the shard
+    /// was cancelled).
+    fn read_batch(&mut self) -> Result<Option<ReadBatch>, ShardError> {
         let path = &self.task.input.path;
         let mut batch: Vec<Document> = Vec::with_capacity(BATCH_DOCUMENTS);
         let mut sampled = Vec::new();
         let mut batch_bytes = 0;
-        let mut finished = false;
-        while !finished && !self.cancelled.load(Ordering::Relaxed) {
+        while !self.at_end && batch.len() < BATCH_DOCUMENTS && batch_bytes < BATCH_TEXT_BYTES {
+            if self.cancelled.load(Ordering::Relaxed) {
+                return Ok(None);
+            }
             match self.reader.next_item()? {
                 Some(Item::Document(document)) => {
                     if self.guard.samples(document.text.len()) {
@@ -267,36 +301,60 @@ impl<'a> Batches<'a> {
                     batch_bytes += document.text.len();
                     batch.push(document);
                 }
-                Some(Item::Filtered) => totals.filtered += 1,
+                Some(Item::Filtered) => self.totals.filtered += 1,
                 Some(Item::Bad { record, problem }) => match self.context.spec.source.on_bad_record {
                     BadRecordPolicy::Fail => return Err(ShardError::BadRecord { path: path.clone(), record, problem }),
-                    BadRecordPolicy::Skip => *totals.skipped.entry(problem.reason().to_string()).or_default() += 1,
+                    BadRecordPolicy::Skip => *self.totals.skipped.entry(problem.reason().to_string()).or_default() += 1,
                 },
-                None => finished = true,
-            }
-            if batch.len() >= BATCH_DOCUMENTS || batch_bytes >= BATCH_TEXT_BYTES || (finished && !batch.is_empty()) {
-                let documents = std::mem::replace(&mut batch, Vec::with_capacity(BATCH_DOCUMENTS));
-                totals.documents += documents.len() as u64;
-                self.dispatch(pool, documents, std::mem::take(&mut sampled));
-                batch_bytes = 0;
+                None => self.at_end = true,
             }
         }
-        Ok(())
+        if batch.is_empty() {
+            return Ok(None);
+        }
+        self.totals.documents += batch.len() as u64;
+        let read = self.reader.input_bytes_read();
+        self.context.counters.input_bytes.fetch_add(read.saturating_sub(self.reported), Ordering::Relaxed);
+        self.reported = self.reported.max(read);
+        Ok(Some(ReadBatch::Documents { documents: batch, sampled }))
+    }
+}
+
+/// The pool's end of reading: hands each batch read to the pool as the build's
+/// budget has room, numbered in input order.
+struct Dispatch<'a> {
+    context: &'a ShardContext<'a>,
+    path: &'a Path,
+    kind: EncoderKind,
+    sender: Sender<Encoded<'a>>,
+    cancelled: &'a AtomicBool,
+}
+
+impl<'a> Dispatch<'a> {
+    /// Runs on a pool thread until `next_batch` has no more.
+    fn run<'scope>(self, pool: &rayon::Scope<'scope>, mut next_batch: impl FnMut() -> Option<ReadBatch>)
+    where
+        'a: 'scope,
+    {
+        let mut sequence = 0;
+        while let Some(batch) = next_batch() {
+            match batch {
+                ReadBatch::Documents { documents, sampled } => self.spawn(pool, sequence, documents, sampled),
+                ReadBatch::Failed(err) => {
+                    let _ = self.sender.send(Encoded { sequence, result: Err(err), _slot: None });
+                }
+            }
+            sequence += 1;
+        }
     }
 
     /// Queues one batch for encoding once the build's budget has room for it.
-    fn dispatch<'scope>(&mut self, pool: &rayon::Scope<'scope>, documents: Vec<Document>, sampled: Vec<usize>)
+    fn spawn<'scope>(&self, pool: &rayon::Scope<'scope>, sequence: u64, documents: Vec<Document>, sampled: Vec<usize>)
     where
         'a: 'scope,
     {
         let slot = self.context.budget.acquire();
-        let read = self.reader.input_bytes_read();
-        self.context.counters.input_bytes.fetch_add(read.saturating_sub(self.reported), Ordering::Relaxed);
-        self.reported = self.reported.max(read);
-        let sequence = self.next;
-        self.next += 1;
-        let (context, kind, cancelled) = (self.context, self.kind, self.cancelled);
-        let path: &'a Path = &self.task.input.path;
+        let (context, path, kind, cancelled) = (self.context, self.path, self.kind, self.cancelled);
         let sender = self.sender.clone();
         pool.spawn(move |_| {
             // After a failure the writer only drains: skip the work.
@@ -306,6 +364,27 @@ impl<'a> Batches<'a> {
             let result = encode_batch(context, path, documents, &sampled, kind);
             let _ = sender.send(Encoded { sequence, result, _slot: Some(slot) });
         });
+    }
+}
+
+/// The next batch from a reading thread, `None` once it is done. A pool thread
+/// waiting for it runs queued encoding work meanwhile, so its core is not left idle.
+fn next_read(batches: &Receiver<ReadBatch>) -> Option<ReadBatch> {
+    loop {
+        match batches.try_recv() {
+            Ok(batch) => return Some(batch),
+            Err(TryRecvError::Disconnected) => return None,
+            Err(TryRecvError::Empty) => {}
+        }
+        if let Some(rayon::Yield::Executed) = rayon::yield_now() {
+            continue;
+        }
+        // Timed, so that work queued meanwhile by other shards is picked up.
+        match batches.recv_timeout(Duration::from_millis(1)) {
+            Ok(batch) => return Some(batch),
+            Err(RecvTimeoutError::Disconnected) => return None,
+            Err(RecvTimeoutError::Timeout) => {}
+        }
     }
 }
 

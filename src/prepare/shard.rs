@@ -84,6 +84,11 @@ pub struct ShardContext<'a> {
     pub counters: &'a BuildCounters,
     /// Batches in flight across every shard of the build.
     pub budget: &'a Budget,
+    /// Whether each shard reads on a thread of its own rather than on the pool
+    /// thread that runs it: where the pool leaves cores free (`--jobs` below the
+    /// CPUs this process may use), reading there keeps the encoders encoding. With a
+    /// pool on every core, reading threads would only take turns with encoders.
+    pub reading_threads: bool,
 }
 
 impl ShardContext<'_> {
