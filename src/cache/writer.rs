@@ -27,6 +27,11 @@ const BATCH_ROWS: usize = 1000;
 /// writer. At 4 Mi, a one-worker build of a 128k-token vocabulary peaked 30 MiB
 /// higher and ran no faster.
 const BATCH_TOKENS: usize = 1 << 20;
+/// The batch's ids are kept in one buffer, reserved whole at the first row rather
+/// than grown by doubling: each growth copied the ids into fresh pages, a tenth of
+/// a build's page faults. A quarter more than a batch, as the row that fills a
+/// batch goes past `BATCH_TOKENS`.
+const VALUES_CAPACITY: usize = BATCH_TOKENS + BATCH_TOKENS / 4;
 
 #[derive(Debug, thiserror::Error)]
 pub enum WriteError {
@@ -133,6 +138,9 @@ impl<F: Fn(usize) -> PathBuf> PartWriter<F> {
     }
 
     pub fn push_row(&mut self, row: &[u32]) -> Result<(), WriteError> {
+        if self.values.capacity() == 0 {
+            self.values.reserve(VALUES_CAPACITY);
+        }
         self.values.extend_from_slice(row);
         self.offsets.push(self.values.len() as i32);
         if self.offsets.len() > BATCH_ROWS || self.values.len() >= BATCH_TOKENS {
@@ -317,10 +325,16 @@ mod tests {
             let long = BATCH_ROWS as u32;
             let long_row: Vec<u32> = (0..BATCH_TOKENS as u32 + 5).collect();
             let row = |i: u32| if i == long { long_row.clone() } else { vec![i, i32::MAX as u32 - i] };
+            let mut first_buffer = std::ptr::null();
             for i in 0..rows {
                 writer.push_row(&row(i)).unwrap();
+                if i == 0 {
+                    first_buffer = writer.values.as_ptr();
+                    assert_eq!(writer.values.capacity(), VALUES_CAPACITY, "reserved whole at the first row");
+                }
                 if i == BATCH_ROWS as u32 - 1 {
-                    assert!(writer.values.capacity() >= 2 * BATCH_ROWS, "the first batch's memory came back");
+                    assert!(writer.values.is_empty(), "the first batch was written");
+                    assert_eq!(writer.values.as_ptr(), first_buffer, "the first batch's memory came back");
                 }
             }
             let files = writer.finish().unwrap();
