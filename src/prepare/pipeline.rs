@@ -1,7 +1,8 @@
-//! One shard as a pipeline that keeps every core busy with few shards: a reading
-//! thread parses and batches documents, the worker pool encodes several batches
-//! at once, and one writer thread packs and writes them in input order. The pool's
-//! threads only encode, so `--jobs` counts encoding threads.
+//! One shard as a pipeline that keeps every core busy with few shards: the shard's
+//! reader parses and batches documents, the worker pool encodes several batches
+//! at once, and one writer thread packs and writes them in input order. `--jobs`
+//! counts the pool's threads; where they leave a CPU free, the reader has a thread
+//! of its own, else it runs on the pool thread that runs the shard.
 //! Batch boundaries depend only on the input and rows are emitted in batch
 //! order, so the output is the same whatever the thread count and scheduling.
 
