@@ -113,6 +113,12 @@ fn env(name: &str) -> Option<String> {
 }
 
 /// A count of at least one; zero means "not set".
+/// The CPUs this process may use (its CPU affinity and cgroup quota), at least one:
+/// the default `jobs`.
+pub fn usable_cpus() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
 fn positive(count: Option<usize>) -> Option<usize> {
     count.filter(|n| *n > 0)
 }
@@ -191,10 +197,7 @@ impl Settings {
             |_, text| positive(text.trim().parse().ok()),
             positive(self.config.jobs),
         )
-        .unwrap_or_else(|| Setting {
-            value: std::thread::available_parallelism().map_or(1, |n| n.get()),
-            source: Source::Default,
-        })
+        .unwrap_or_else(|| Setting { value: usable_cpus(), source: Source::Default })
     }
 
     /// Copies in flight for `stage`: staging is bound by I/O latency, so several per core.

@@ -158,7 +158,7 @@ const SEVERAL_BATCHES: usize = 2800;
 /// The CPUs this process may use: a pool of this many threads reads each shard
 /// on the pool thread that runs it, a smaller one on a reading thread of its own.
 fn usable_cpus() -> String {
-    std::thread::available_parallelism().map_or(1, |n| n.get()).to_string()
+    ferry::settings::usable_cpus().to_string()
 }
 
 #[test]

@@ -302,7 +302,7 @@ fn tokenize_all<'a>(
         build,
         counters: &counters,
         budget: &budget,
-        reading_threads: options.jobs < std::thread::available_parallelism().map_or(1, |n| n.get()),
+        reading_threads: options.jobs < crate::settings::usable_cpus(),
     };
     let pool =
         rayon::ThreadPoolBuilder::new().num_threads(options.jobs.max(1)).build().map_err(PrepareError::Threads)?;
