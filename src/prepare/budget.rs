@@ -25,23 +25,19 @@ impl Budget {
         Budget { free: Mutex::new(slots.max(1)), freed: Condvar::new() }
     }
 
-    /// Takes a slot, waiting for one if needed. A worker thread that waits
-    /// runs other queued work meanwhile (often the very batches it is waiting on),
-    /// so a reader on a pool thread never leaves its core idle.
+    /// Takes a slot, waiting for one if needed, running queued work meanwhile
+    /// (often the very batches it is waiting on; see `wait_running_queued_work`).
     pub fn acquire(&self) -> Slot<'_> {
-        loop {
-            if self.try_take() {
-                return Slot { budget: self };
+        wait_running_queued_work(|wait| {
+            if let Some(timeout) = wait {
+                let free = self.free.lock().unwrap_or_else(|e| e.into_inner());
+                if *free == 0 {
+                    let _ = self.freed.wait_timeout(free, timeout);
+                }
             }
-            if let Some(rayon::Yield::Executed) = rayon::yield_now() {
-                continue;
-            }
-            let free = self.free.lock().unwrap_or_else(|e| e.into_inner());
-            if *free == 0 {
-                // Timed, so that work queued by others while waiting is picked up.
-                let _ = self.freed.wait_timeout(free, Duration::from_millis(1));
-            }
-        }
+            // Made only once taken: a dropped `Slot` gives its place back.
+            self.try_take().then(|| Slot { budget: self })
+        })
     }
 
     fn try_take(&self) -> bool {
@@ -51,6 +47,27 @@ impl Budget {
         }
         *free -= 1;
         true
+    }
+}
+
+/// How long a waiting pool thread blocks before it looks for queued work again.
+const POLL: Duration = Duration::from_millis(1);
+
+/// Waits for `ready` to give a value, running the pool's queued work meanwhile,
+/// so that a pool thread that waits never leaves its core idle. `ready(None)`
+/// only looks; once there is no queued work, `ready(Some(timeout))` may block that
+/// long. Timed, so that work queued by others meanwhile is picked up.
+pub fn wait_running_queued_work<T>(mut ready: impl FnMut(Option<Duration>) -> Option<T>) -> T {
+    loop {
+        if let Some(value) = ready(None) {
+            return value;
+        }
+        if let Some(rayon::Yield::Executed) = rayon::yield_now() {
+            continue;
+        }
+        if let Some(value) = ready(Some(POLL)) {
+            return value;
+        }
     }
 }
 
@@ -93,5 +110,21 @@ mod tests {
             drop(held);
             waiter.join().unwrap();
         });
+    }
+
+    #[test]
+    fn waiting_for_a_slot_adds_none() {
+        let budget = Budget::new(1);
+        let held = budget.acquire();
+        std::thread::scope(|scope| {
+            let waiter = scope.spawn(|| budget.acquire());
+            // Long enough for the waiter to look and wait many times over.
+            std::thread::sleep(Duration::from_millis(50));
+            drop(held);
+            let taken = waiter.join().unwrap();
+            assert!(!budget.try_take(), "the one slot is the waiter's");
+            drop(taken);
+        });
+        assert!(budget.try_take() && !budget.try_take(), "one slot, as made");
     }
 }

@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender, SyncSender, TryRecvError, channel, sync_channel};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use rayon::prelude::*;
 
@@ -22,7 +22,7 @@ use crate::pack::{PackStats, Packer};
 use crate::source::{self, Document, DocumentReader, Item};
 use crate::spec::BadRecordPolicy;
 
-use super::budget::Slot;
+use super::budget::{Slot, wait_running_queued_work};
 use super::shard::{ShardContext, ShardError, ShardRecord, ShardTask};
 
 /// Documents tokenized together (in parallel) before packing.
@@ -368,25 +368,21 @@ impl<'a> Dispatch<'a> {
     }
 }
 
-/// The next batch from a reading thread, `None` once it is done. A pool thread
-/// waiting for it runs queued encoding work meanwhile, so its core is not left idle.
+/// The next batch from a reading thread, `None` once it is done; the pool thread
+/// waiting for it runs queued encoding work meanwhile.
 fn next_read(batches: &Receiver<ReadBatch>) -> Option<ReadBatch> {
-    loop {
-        match batches.try_recv() {
-            Ok(batch) => return Some(batch),
-            Err(TryRecvError::Disconnected) => return None,
-            Err(TryRecvError::Empty) => {}
-        }
-        if let Some(rayon::Yield::Executed) = rayon::yield_now() {
-            continue;
-        }
-        // Timed, so that work queued meanwhile by other shards is picked up.
-        match batches.recv_timeout(Duration::from_millis(1)) {
-            Ok(batch) => return Some(batch),
-            Err(RecvTimeoutError::Disconnected) => return None,
-            Err(RecvTimeoutError::Timeout) => {}
-        }
-    }
+    wait_running_queued_work(|wait| match wait {
+        None => match batches.try_recv() {
+            Ok(batch) => Some(Some(batch)),
+            Err(TryRecvError::Disconnected) => Some(None),
+            Err(TryRecvError::Empty) => None,
+        },
+        Some(timeout) => match batches.recv_timeout(timeout) {
+            Ok(batch) => Some(Some(batch)),
+            Err(RecvTimeoutError::Disconnected) => Some(None),
+            Err(RecvTimeoutError::Timeout) => None,
+        },
+    })
 }
 
 /// The writing end, the one place rows are emitted: takes encoded batches in
