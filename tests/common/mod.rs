@@ -102,7 +102,7 @@ pub struct SmallEntry<'a> {
 /// An entry's `manifest.json` (of the cache or a destination), parsed.
 pub fn read_manifest(entry: &Path) -> serde_json::Value {
     let path = entry.join("manifest.json");
-    let bytes = std::fs::read(&path).unwrap_or_else(|err| panic!("reading {}: {err}", path.display()));
+    let bytes = read_retrying_stale(&path).unwrap_or_else(|err| panic!("reading {}: {err}", path.display()));
     serde_json::from_slice(&bytes).unwrap_or_else(|err| panic!("parsing {}: {err}", path.display()))
 }
 
@@ -131,11 +131,30 @@ pub fn entry_data_files(entry: &Path) -> Vec<(String, Vec<u8>)> {
         for file in std::fs::read_dir(&split).unwrap() {
             let file = file.unwrap().path();
             let name = file.strip_prefix(entry).unwrap().display().to_string();
-            files.push((name, std::fs::read(&file).unwrap()));
+            let bytes = read_retrying_stale(&file).unwrap_or_else(|err| panic!("reading {}: {err}", file.display()));
+            files.push((name, bytes));
         }
     }
     files.sort();
     files
+}
+
+/// Reads `path`, looking it up again when a network filesystem's client answers
+/// "stale file handle". The kernel retries that error while it resolves a path but
+/// not on the read that follows; GlusterFS's FUSE client gave it once in CI on a file
+/// of an entry published moments before by another node, whose ferry had succeeded.
+/// A file that is really gone or changed still fails or differs on the next look.
+pub fn read_retrying_stale(path: &Path) -> std::io::Result<Vec<u8>> {
+    let mut tries = 0;
+    loop {
+        match std::fs::read(path) {
+            Err(err) if err.kind() == std::io::ErrorKind::StaleNetworkFileHandle && tries < 5 => {
+                tries += 1;
+                std::thread::sleep(std::time::Duration::from_millis(100));
+            }
+            result => return result,
+        }
+    }
 }
 
 /// Every `input_ids` row of an entry (int32 tokens), in the entry's file order.
