@@ -112,13 +112,13 @@ fn env(name: &str) -> Option<String> {
     std::env::var(name).ok().filter(|v| !v.trim().is_empty())
 }
 
-/// A count of at least one; zero means "not set".
 /// The CPUs this process may use (its CPU affinity and cgroup quota), at least one:
 /// the default `jobs`.
 pub fn usable_cpus() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get())
 }
 
+/// A count of at least one; zero means "not set".
 fn positive(count: Option<usize>) -> Option<usize> {
     count.filter(|n| *n > 0)
 }
