@@ -139,22 +139,17 @@ pub fn entry_data_files(entry: &Path) -> Vec<(String, Vec<u8>)> {
     files
 }
 
-/// Reads `path`, looking it up again when a network filesystem's client answers
-/// "stale file handle". The kernel retries that error while it resolves a path but
-/// not on the read that follows; GlusterFS's FUSE client gave it once in CI on a file
-/// of an entry published moments before by another node, whose ferry had succeeded.
-/// A file that is really gone or changed still fails or differs on the next look.
+/// Reads `path`, looking it up again for a few seconds while a network filesystem's
+/// client answers "stale file handle". The kernel retries that error while it
+/// resolves a path but not on the read that follows; GlusterFS's FUSE client gave it
+/// once in CI on a file of an entry published moments before by another node, whose
+/// ferry had succeeded. A file that is really gone or changed still fails or differs
+/// on the next look.
 pub fn read_retrying_stale(path: &Path) -> std::io::Result<Vec<u8>> {
-    let mut tries = 0;
-    loop {
-        match std::fs::read(path) {
-            Err(err) if err.kind() == std::io::ErrorKind::StaleNetworkFileHandle && tries < 5 => {
-                tries += 1;
-                std::thread::sleep(std::time::Duration::from_millis(100));
-            }
-            result => return result,
-        }
-    }
+    let stale = |err: &std::io::Error| {
+        (err.kind() == std::io::ErrorKind::StaleNetworkFileHandle).then_some(std::time::Duration::from_secs(5))
+    };
+    ferry::fsutil::retry_while(stale, || std::fs::read(path))
 }
 
 /// Every `input_ids` row of an entry (int32 tokens), in the entry's file order.
