@@ -85,8 +85,15 @@ fn init_logging(verbose: u8, quiet: bool) {
 
 #[cfg(test)]
 mod tests {
-    /// The index `main` sets is `mimalloc.h`'s purge delay: before it is set, it
-    /// reads that option's default, 1000 ms in mimalloc v3 (`options.c`).
+    /// The index `tune_allocator` sets for the purge delay is `mimalloc.h`'s: before
+    /// it is set, it reads that option's default, 1000 ms in mimalloc v3 (`options.c`).
+    #[test]
+    fn the_option_main_sets_is_the_purge_delay() {
+        // SAFETY: reading an option has no precondition.
+        assert_eq!(unsafe { libmimalloc_sys::mi_option_get(super::MI_OPTION_PURGE_DELAY) }, 1000);
+    }
+
+    /// The index `tune_allocator` sets for huge pages is `mi_option_allow_thp`.
     #[test]
     fn the_option_set_for_huge_pages_is_allow_thp() {
         // SAFETY: reading an option has no precondition.
@@ -95,11 +102,5 @@ mod tests {
         // whose default (2 GiB, in KiB) no other option has.
         assert_eq!(default(super::MI_OPTION_ALLOW_THP), 1);
         assert_eq!(default(super::MI_OPTION_ALLOW_THP + 2), 2 << 20);
-    }
-
-    #[test]
-    fn the_option_main_sets_is_the_purge_delay() {
-        // SAFETY: reading an option has no precondition.
-        assert_eq!(unsafe { libmimalloc_sys::mi_option_get(super::MI_OPTION_PURGE_DELAY) }, 1000);
     }
 }
