@@ -10,7 +10,9 @@
 # core against gigatoken on one thread from memory, each with its cache cold (a new
 # encoder each pass) and warm (one encoder, passes after the first).
 #
-# BENCH_ROUNDS (default 2) alternates the runs and keeps the best of each;
+# BENCH_ROUNDS (default 2) alternates the runs and keeps the best of each; the
+# report also sets each round's ferry run against the gigatoken run right after it
+# (median and range), which this shared host's slow minutes move less;
 # BENCH_FAMILIES picks tokenizers; BENCH_PROFILE=dev checks the script quickly.
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -170,14 +170,31 @@ def check_exact(tokenizer_json, entry, files):
                       "gigatoken_differ": giga_differ, "gigatoken_extra_tokens": len(giga) - giga_at}))
 
 
+def paired_ratios(runs, family, threads):
+    """ferry's speed over gigatoken's in each round (the runs are written in the
+    order they ran: in a round, ferry's run comes right before gigatoken's)."""
+    import statistics
+
+    def speeds(tool):
+        return [r["tokens"] / r["seconds"] for r in runs
+                if r.get("family") == family and r.get("threads") == threads and r["tool"] == tool]
+
+    ratios = sorted(f / g for f, g in zip(speeds("ferry"), speeds("gigatoken")))
+    if not ratios:
+        return "-"
+    return f"{statistics.median(ratios):.2f}x ({ratios[0]:.2f}-{ratios[-1]:.2f})"
+
+
 def report(results, cores):
     runs = [json.loads(line) for line in open(results) if line.strip()]
     families = list(dict.fromkeys(r["family"] for r in runs if "family" in r))
     print(f"\nferry prepare (pack none, uint32, entry written) against gigatoken encode_files (ids in memory),")
     print("same plain JSONL, same threads; best of the rounds; tokens/s (higher is better)")
-    print("(last column: against gigatoken with loading its tokenizer counted, as ferry's time counts its own)")
+    print("(with load: against gigatoken with loading its tokenizer counted, as ferry's time counts its own;")
+    print(" paired: each round's ferry run against the gigatoken run right after it, median and range, which")
+    print(" a slow minute of a shared host moves less than it moves either tool's best)")
     print(f"{'tokenizer':10s} {'threads':>7s} {'ferry':>10s} {'gigatoken':>10s}  ferry/gigatoken  encoder"
-          f"                 with load")
+          f"                 with load  paired")
     for family in families:
         for threads in sorted({r["threads"] for r in runs if r.get("family") == family and "threads" in r}):
             def best(tool):
@@ -192,7 +209,8 @@ def report(results, cores):
             loaded_seconds = min((r["seconds"] + r["load_seconds"] for r in loaded), default=None)
             with_load = "-" if loaded_seconds is None else f"{loaded_seconds / ferry['seconds']:.2f}x"
             print(f"{family:10s} {threads:7d} {ferry['tokens'] / ferry['seconds'] / 1e6:8.2f} M {giga['tokens'] / giga['seconds'] / 1e6:8.2f} M"
-                  f"  {ratio:6.2f}x (target >= 1.0x) {'OK' if ratio >= 1 else 'MISSED'}   {ferry.get('encoder', '?'):22s} {with_load}")
+                  f"  {ratio:6.2f}x (target >= 1.0x) {'OK' if ratio >= 1 else 'MISSED'}   {ferry.get('encoder', '?'):22s} {with_load:>9s}"
+                  f"  {paired_ratios(runs, family, threads)}")
     print("\nwhere ferry's time went, best run: before its first document (tokenizer identity, input hashes,")
     print("encoders), tokenizing, publishing, and outside (process start and exit); tokenizing alone against gigatoken")
     for family in families:
