@@ -31,6 +31,8 @@ sizes=""
 for target in 0 1000000000 2000000000; do
   copies=$(( (target + corpus_bytes - 1) / corpus_bytes ))
   [ "$copies" -ge 1 ] || copies=1
+  # A corpus of over 1 GB makes two sizes one shard: it is run once.
+  case " $sizes " in *" $copies "*) continue ;; esac
   shard="$work/big/copies-$copies.jsonl.zst"
   if [ ! -s "$shard" ]; then
     echo "==> writing one shard of $copies copies of the corpus ($kind)" >&2

@@ -21,6 +21,7 @@ runs, the exactness check and the report.
 import glob
 import json
 import os
+import statistics
 import sys
 import time
 
@@ -170,14 +171,16 @@ def check_exact(tokenizer_json, entry, files):
                       "gigatoken_differ": giga_differ, "gigatoken_extra_tokens": len(giga) - giga_at}))
 
 
+def runs_of(runs, tool, family, threads):
+    """The runs of one tool on one tokenizer and thread count, in the order they ran."""
+    return [r for r in runs if r.get("family") == family and r.get("threads") == threads and r["tool"] == tool]
+
+
 def paired_ratios(runs, family, threads):
     """ferry's speed over gigatoken's in each round (the runs are written in the
     order they ran: in a round, ferry's run comes right before gigatoken's)."""
-    import statistics
-
     def speeds(tool):
-        return [r["tokens"] / r["seconds"] for r in runs
-                if r.get("family") == family and r.get("threads") == threads and r["tool"] == tool]
+        return [r["tokens"] / r["seconds"] for r in runs_of(runs, tool, family, threads)]
 
     ratios = sorted(f / g for f, g in zip(speeds("ferry"), speeds("gigatoken")))
     if not ratios:
@@ -198,14 +201,12 @@ def report(results, cores):
     for family in families:
         for threads in sorted({r["threads"] for r in runs if r.get("family") == family and "threads" in r}):
             def best(tool):
-                mine = [r for r in runs if r.get("family") == family and r.get("threads") == threads and r["tool"] == tool]
-                return max(mine, key=lambda r: r["tokens"] / r["seconds"], default=None)
+                return max(runs_of(runs, tool, family, threads), key=lambda r: r["tokens"] / r["seconds"], default=None)
             ferry, giga = best("ferry"), best("gigatoken")
             if not ferry or not giga:
                 continue
             ratio = (ferry["tokens"] / ferry["seconds"]) / (giga["tokens"] / giga["seconds"])
-            loaded = [r for r in runs if r.get("family") == family and r.get("threads") == threads
-                      and r["tool"] == "gigatoken" and "load_seconds" in r]
+            loaded = [r for r in runs_of(runs, "gigatoken", family, threads) if "load_seconds" in r]
             loaded_seconds = min((r["seconds"] + r["load_seconds"] for r in loaded), default=None)
             with_load = "-" if loaded_seconds is None else f"{loaded_seconds / ferry['seconds']:.2f}x"
             print(f"{family:10s} {threads:7d} {ferry['tokens'] / ferry['seconds'] / 1e6:8.2f} M {giga['tokens'] / giga['seconds'] / 1e6:8.2f} M"
@@ -215,9 +216,8 @@ def report(results, cores):
     print("encoders), tokenizing, publishing, and outside (process start and exit); tokenizing alone against gigatoken")
     for family in families:
         for threads in sorted({r["threads"] for r in runs if r.get("family") == family and "threads" in r}):
-            mine = [r for r in runs if r.get("family") == family and r.get("threads") == threads
-                    and r["tool"] == "ferry" and "timings" in r]
-            giga = [r for r in runs if r.get("family") == family and r.get("threads") == threads and r["tool"] == "gigatoken"]
+            mine = [r for r in runs_of(runs, "ferry", family, threads) if "timings" in r]
+            giga = runs_of(runs, "gigatoken", family, threads)
             if not mine or not giga:
                 continue
             ferry = min(mine, key=lambda r: r["seconds"])
