@@ -152,7 +152,7 @@ fn discard(from: &Dir, name: &str, trash: &Dir) -> io::Result<()> {
 
 /// Whether `lease` says nobody uses the entry. Leases that cannot be read (a
 /// symlink planted where they belong) keep the entry: whoever is unsure must not delete.
-fn unused(leases: io::Result<Vec<lease::LeaseInfo>>) -> bool {
+fn unused(leases: io::Result<Vec<Option<lease::LeaseInfo>>>) -> bool {
     leases.is_ok_and(|leases| leases.is_empty())
 }
 
@@ -239,7 +239,9 @@ fn collect_cache_io(cache: &CacheLayout, policy: &GcPolicy, dry_run: bool) -> io
             }
             let bytes = building.tree_size(&build.short);
             if !dry_run {
-                discard(building, &build.short, &dirs.trash()?)?;
+                if !discard_unless_leased(cache, &dirs.trash()?, building, &build.short)? {
+                    continue;
+                }
                 lease::remove_dead_leases(cache, &build.short);
             }
             let path = building.display_path(&build.short);
@@ -263,22 +265,35 @@ fn collect_cache_io(cache: &CacheLayout, policy: &GcPolicy, dry_run: bool) -> io
 /// Renames the entry into the trash unless a lease appeared meanwhile (then it
 /// is put back). Returns whether it was removed.
 fn evict_entry(cache: &CacheLayout, dirs: &CacheDirs, entries_dir: &Dir, short: &str) -> io::Result<bool> {
-    let trash = dirs.trash()?;
-    let parked = parked_name(short);
-    if !entries_dir.rename_no_replace(short, &trash, &parked)? {
-        return Err(io::Error::other(format!("{} exists already", trash.display_path(&parked).display())));
-    }
-    if !unused(lease::live_leases(cache, short)) {
-        // A stage or build started between the check and the rename: give it back.
-        trash.rename_no_replace(&parked, entries_dir, short)?;
+    if !discard_unless_leased(cache, &dirs.trash()?, entries_dir, short)? {
         return Ok(false);
     }
-    trash.remove_tree(&parked)?;
     if let Ok(Some(used)) = dirs.root.open_dir_if_exists(USED_DIR) {
         let _ = used.remove_file(short);
     }
     lease::remove_dead_leases(cache, short);
     lease::remove_lease_dir(cache, short);
+    Ok(true)
+}
+
+/// Renames `short` out of `from` into the trash and deletes it there, unless a
+/// lease on it appeared between the caller's check and the rename: then it goes
+/// back, and this returns false. A holder takes its lease before it creates or
+/// uses the directory, so a lease missed by the check is seen here.
+fn discard_unless_leased(cache: &CacheLayout, trash: &Dir, from: &Dir, short: &str) -> io::Result<bool> {
+    let parked = parked_name(short);
+    if !from.rename_no_replace(short, trash, &parked)? {
+        return Err(io::Error::other(format!("{} exists already", trash.display_path(&parked).display())));
+    }
+    if !unused(lease::live_leases(cache, short)) {
+        // The new holder may have made the directory afresh meanwhile; then it keeps
+        // its own and the parked one is deleted.
+        if !trash.rename_no_replace(&parked, from, short)? {
+            trash.remove_tree(&parked)?;
+        }
+        return Ok(false);
+    }
+    trash.remove_tree(&parked)?;
     Ok(true)
 }
 

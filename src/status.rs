@@ -12,6 +12,7 @@ use crate::cache::build_progress::BuildProgress;
 use crate::cache::layout::CacheLayout;
 use crate::cache::layout::is_short_fingerprint;
 use crate::cache::lease;
+use crate::cache::liveness;
 use crate::cache::manifest::Manifest;
 use crate::cache::staging::{self, StageState};
 use crate::fsutil::untrusted;
@@ -152,6 +153,12 @@ fn entry_status(cache: &CacheLayout, short: &str) -> EntryStatus {
 }
 
 /// Builds in progress or abandoned.
+///
+/// A build is stale only when what it holds says so: a progress file naming a
+/// holder that is gone. A build with no progress file that can be read (one being
+/// set up, or one whose file another node is replacing right now, which GlusterFS
+/// can answer with "not found" or a stale handle) counts as in progress while its
+/// directory changed within the stale age: whoever is unsure must not delete.
 pub fn builds(cache: &CacheLayout) -> Vec<BuildStatus> {
     let Ok(dir) = std::fs::read_dir(cache.building_dir()) else { return Vec::new() };
     let mut builds = Vec::new();
@@ -161,6 +168,7 @@ pub fn builds(cache: &CacheLayout) -> Vec<BuildStatus> {
             continue;
         }
         let build = cache.build(&short);
+        let modified = item.metadata().and_then(|m| m.modified()).ok();
         let mut status = BuildStatus {
             short: short.clone(),
             name: String::new(),
@@ -168,16 +176,19 @@ pub fn builds(cache: &CacheLayout) -> Vec<BuildStatus> {
             shards_done: build.count_shard_records(),
             shards_total: 0,
             builders: Vec::new(),
-            updated_unix: item.metadata().and_then(|m| m.modified()).map(unix).unwrap_or(0),
+            updated_unix: modified.map(unix).unwrap_or(0),
         };
-        for path in build.progress_files() {
+        let progress_files = build.progress_files();
+        let mut holder_unknown = progress_files.is_empty();
+        for path in progress_files {
             let Some(progress) = untrusted::read_regular(&path, MAX_PROGRESS_BYTES)
                 .ok()
                 .and_then(|b| serde_json::from_slice::<BuildProgress>(&b).ok())
             else {
+                holder_unknown = true;
                 continue;
             };
-            let age = std::fs::symlink_metadata(&path).and_then(|m| m.modified()).ok().and_then(|m| m.elapsed().ok());
+            let age = liveness::heartbeat_age(&path);
             status.name = progress.name.clone();
             status.shards_total = status.shards_total.max(progress.shards_total);
             status.updated_unix = status.updated_unix.max(progress.updated_unix);
@@ -185,6 +196,11 @@ pub fn builds(cache: &CacheLayout) -> Vec<BuildStatus> {
                 status.state = BuildState::Building;
                 status.builders.push(format!("{}:{}", progress.host, progress.pid));
             }
+        }
+        // A directory stamped in the future (another node's clock) is young too.
+        let directory_age = modified.map(|m| m.elapsed().unwrap_or_default());
+        if holder_unknown && cache.liveness().holder_alive(None, directory_age) {
+            status.state = BuildState::Building;
         }
         builds.push(status);
     }

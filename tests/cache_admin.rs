@@ -193,6 +193,38 @@ fn gc_never_deletes_an_entry_being_staged() {
     assert!(!entry_exists(&env, &oldest));
 }
 
+/// What another node's builder or stager leaves while it starts: a build directory
+/// with no progress file yet, and a lease file created but not yet written. On a
+/// network filesystem gc on this node can see either at any moment.
+#[test]
+fn gc_keeps_a_build_being_set_up_and_an_entry_whose_lease_is_being_written() {
+    let env = TestEnv::new();
+    let leased = prepare_named(&env, "leased", "data", 32, 7);
+    let starting = env.cache().join("building/0123456789abcdef");
+    std::fs::create_dir_all(starting.join("claims")).unwrap();
+    let lease_dir = env.cache().join("leases").join(&leased);
+    std::fs::create_dir_all(&lease_dir).unwrap();
+    let lease = lease_dir.join("node9.4242.stage.0");
+    std::fs::write(&lease, b"").unwrap();
+
+    // A policy that evicts every entry: only the unreadable lease can keep it.
+    let report = json(&env, &["gc", "--keep", "0", "--json"]);
+    assert_eq!(report["removed"].as_array().map(Vec::len), Some(0), "{report}");
+    assert_eq!(report["kept_in_use"][0], leased.as_str(), "{report}");
+    assert!(entry_exists(&env, &leased) && starting.is_dir());
+    let status = json(&env, &["status", "--json"]);
+    assert_eq!(status["builds"][0]["state"], "building", "{status}");
+
+    // Once both are older than the stale age, nobody is behind them.
+    let long_ago = SystemTime::now() - Duration::from_secs(3600);
+    std::fs::File::open(&starting).unwrap().set_modified(long_ago).unwrap();
+    std::fs::File::options().write(true).open(&lease).unwrap().set_modified(long_ago).unwrap();
+    let report = json(&env, &["gc", "--keep", "0", "--json"]);
+    let kinds: Vec<&str> = report["removed"].as_array().unwrap().iter().map(|a| a["kind"].as_str().unwrap()).collect();
+    assert!(kinds.contains(&"abandoned_build") && kinds.contains(&"entry"), "{report}");
+    assert!(!entry_exists(&env, &leased) && !starting.exists());
+}
+
 #[test]
 fn verify_names_a_damaged_file_and_passes_a_clean_entry() {
     let env = TestEnv::new();

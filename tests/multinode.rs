@@ -577,7 +577,9 @@ fn gc_racing_a_prepare_on_another_node_deletes_nothing_in_use() {
             break;
         }
     }
-    let built = finish_json("node2", prepare);
+    let output = prepare.wait_with_output().unwrap();
+    assert!(output.status.success(), "on node2: {}\ngc meanwhile: {reports:?}", describe(&output));
+    let built: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
     assert_eq!(built["built"], true, "{built}");
     assert!(reports.len() > 1, "the build ended before gc could race it: {reports:?}");
 

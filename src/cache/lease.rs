@@ -99,22 +99,31 @@ fn leases(cache: &CacheLayout, short_fingerprint: &str) -> std::io::Result<Optio
         .map(|item| {
             let info: Option<LeaseInfo> =
                 dir.read(&item.name, MAX_LEASE_BYTES).ok().and_then(|bytes| serde_json::from_slice(&bytes).ok());
-            let age = dir.stat(&item.name).ok().and_then(|stat| {
-                let modified = SystemTime::UNIX_EPOCH + Duration::from_secs(stat.st_mtime.max(0) as u64);
-                modified.elapsed().ok()
-            });
-            let alive = cache.liveness().holder_alive(info.as_ref().map(|i| (i.host.as_str(), i.pid)), age);
+            let alive = match dir.stat(&item.name) {
+                Ok(stat) => {
+                    let modified = SystemTime::UNIX_EPOCH + Duration::from_secs(stat.st_mtime.max(0) as u64);
+                    // Stamped after now by a node whose clock runs ahead: fresh.
+                    let age = modified.elapsed().unwrap_or_default();
+                    cache.liveness().holder_alive(info.as_ref().map(|i| (i.host.as_str(), i.pid)), Some(age))
+                }
+                // Gone since the listing: released.
+                Err(err) if err.kind() == std::io::ErrorKind::NotFound => false,
+                // Cannot tell (a network filesystem's stale handle): whoever is unsure must not delete.
+                Err(_) => true,
+            };
             LeaseFile { name: item.name, info, alive }
         })
         .collect();
     Ok(Some((dir, files)))
 }
 
-/// The live leases on an entry. An error (a symlink where the lease directory
-/// should be) means nobody can tell: callers about to delete keep the entry.
-pub fn live_leases(cache: &CacheLayout, short_fingerprint: &str) -> std::io::Result<Vec<LeaseInfo>> {
+/// The live leases on an entry, each with its holder where its file could be
+/// read: a live lease whose file cannot be read right now still counts. An error
+/// (a symlink where the lease directory should be) means nobody can tell: callers
+/// about to delete keep the entry.
+pub fn live_leases(cache: &CacheLayout, short_fingerprint: &str) -> std::io::Result<Vec<Option<LeaseInfo>>> {
     let Some((_, files)) = leases(cache, short_fingerprint)? else { return Ok(Vec::new()) };
-    Ok(files.into_iter().filter(|f| f.alive).filter_map(|f| f.info).collect())
+    Ok(files.into_iter().filter(|f| f.alive).map(|f| f.info).collect())
 }
 
 /// Removes the lease files of dead holders; returns how many. Only names inside
@@ -144,7 +153,7 @@ mod tests {
         let lease = Lease::acquire(&cache, "abcd", "stage").unwrap();
         let live = live_leases(&cache, "abcd").unwrap();
         assert_eq!(live.len(), 1);
-        assert_eq!(live[0].pid, std::process::id());
+        assert_eq!(live[0].as_ref().map(|holder| holder.pid), Some(std::process::id()));
         drop(lease);
         assert!(live_leases(&cache, "abcd").unwrap().is_empty());
     }

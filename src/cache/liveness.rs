@@ -41,7 +41,8 @@ impl Liveness {
     }
 }
 
-/// How long ago the file's heartbeat (mtime) was, if it can be read.
+/// How long ago the file's heartbeat (mtime) was, if it can be read. A heartbeat
+/// stamped after now (another node's clock running ahead) is fresh, not unknown.
 pub fn heartbeat_age(path: &Path) -> Option<Duration> {
-    std::fs::symlink_metadata(path).ok()?.modified().ok()?.elapsed().ok()
+    Some(std::fs::symlink_metadata(path).ok()?.modified().ok()?.elapsed().unwrap_or_default())
 }

@@ -159,11 +159,13 @@ pub fn prepare(spec: &Spec, cache: &CacheLayout, options: &PrepareOptions) -> Re
     };
     let build = cache.build(&short);
     let tasks = shard_tasks(&located);
+    // The lease comes before the build directory: gc on another node must never
+    // see the directory without a live holder and take it for abandoned.
+    let _lease =
+        Lease::acquire(cache, &short, "build").map_err(IoError::at("taking a build lease in", cache.root()))?;
     if let Some((entry, manifest)) = set_up_build(cache, &build, &located)? {
         return use_published(cache, spec, Prepared { entry, manifest, built: false, shards_tokenized_here: 0 });
     }
-    let _lease =
-        Lease::acquire(cache, &short, "build").map_err(IoError::at("taking a build lease in", cache.root()))?;
     let tokenize_started = Instant::now();
     let claims = Claims::new(cache.liveness());
     let run = BuildRun { spec, cache, options, located: &located, encoders: &encoders, build: &build };
