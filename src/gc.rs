@@ -18,6 +18,7 @@ use crate::cache::layout::{
     BUILDING_DIR, BY_NAME_DIR, CacheLayout, ENTRIES_DIR, MANIFEST_FILE, MEMO_DIR, TRASH_DIR, USED_DIR,
 };
 use crate::cache::lease;
+use crate::cache::manifest::Manifest;
 use crate::cache::staging;
 use crate::errors::{Failure, Fault, IoError};
 use crate::fsutil;
@@ -182,20 +183,36 @@ impl CacheDirs {
     }
 }
 
+/// Removes what an interrupted gc left in the trash. What another gc parked
+/// moments ago (its rename set the change time) is left to it: it may be giving
+/// it back.
+fn remove_leftover_trash(
+    cache: &CacheLayout,
+    dirs: &CacheDirs,
+    dry_run: bool,
+    report: &mut GcReport,
+) -> io::Result<()> {
+    let Some(trash) = dirs.root.open_dir_if_exists(TRASH_DIR)? else { return Ok(()) };
+    for item in trash.list()? {
+        let Ok(stat) = trash.stat(&item.name) else { continue };
+        let parked = SystemTime::UNIX_EPOCH + Duration::from_secs(stat.st_ctime.max(0) as u64);
+        if parked.elapsed().map_or(true, |age| age < cache.liveness().stale_age) {
+            continue;
+        }
+        let bytes = trash.tree_size(&item.name);
+        if !dry_run {
+            trash.remove_tree(&item.name)?;
+        }
+        let path = trash.display_path(&item.name);
+        report.record(GcActionKind::Trash, &path, "", bytes, "left by an interrupted gc".into());
+    }
+    Ok(())
+}
+
 fn collect_cache_io(cache: &CacheLayout, policy: &GcPolicy, dry_run: bool) -> io::Result<GcReport> {
     let mut report = GcReport { dry_run, ..GcReport::default() };
     let dirs = CacheDirs::open(cache)?;
-    // Leftovers of an interrupted gc.
-    if let Some(trash) = dirs.root.open_dir_if_exists(TRASH_DIR)? {
-        for item in trash.list()? {
-            let bytes = trash.tree_size(&item.name);
-            if !dry_run {
-                trash.remove_tree(&item.name)?;
-            }
-            let path = trash.display_path(&item.name);
-            report.record(GcActionKind::Trash, &path, "", bytes, "left by an interrupted gc".into());
-        }
-    }
+    remove_leftover_trash(cache, &dirs, dry_run, &mut report)?;
 
     let entries = status::entries(cache);
     let mut removed_entries: HashSet<String> = HashSet::new();
@@ -205,9 +222,14 @@ fn collect_cache_io(cache: &CacheLayout, policy: &GcPolicy, dry_run: bool) -> io
                 report.kept_in_use.push(entry.short.clone());
                 continue;
             }
+            // A manifest another node's client failed to read for a moment reads now.
+            if Manifest::load_entry(cache.entry(&entry.short).root()).is_ok() {
+                continue;
+            }
             let bytes = entries_dir.tree_size(&entry.short);
-            if !dry_run {
-                discard(entries_dir, &entry.short, &dirs.trash()?)?;
+            if !dry_run && !discard_unless_leased(cache, &dirs.trash()?, entries_dir, &entry.short)? {
+                report.kept_in_use.push(entry.short.clone());
+                continue;
             }
             removed_entries.insert(entry.short.clone());
             let path = entries_dir.display_path(&entry.short);

@@ -189,6 +189,8 @@ pub fn builds(cache: &CacheLayout) -> Vec<BuildStatus> {
                 continue;
             };
             let age = liveness::heartbeat_age(&path);
+            // Read, but replaced before its age could be: unknown, like an unreadable one.
+            holder_unknown |= age.is_none();
             status.name = progress.name.clone();
             status.shards_total = status.shards_total.max(progress.shards_total);
             status.updated_unix = status.updated_unix.max(progress.updated_unix);
@@ -197,9 +199,10 @@ pub fn builds(cache: &CacheLayout) -> Vec<BuildStatus> {
                 status.builders.push(format!("{}:{}", progress.host, progress.pid));
             }
         }
-        // A directory stamped in the future (another node's clock) is young too.
-        let directory_age = modified.map(|m| m.elapsed().unwrap_or_default());
-        if holder_unknown && cache.liveness().holder_alive(None, directory_age) {
+        // A directory stamped in the future (another node's clock) is young too, and
+        // one whose age cannot be read is kept.
+        let directory_age = modified.map(|m| m.elapsed().unwrap_or_default()).unwrap_or_default();
+        if holder_unknown && cache.liveness().holder_alive(None, Some(directory_age)) {
             status.state = BuildState::Building;
         }
         builds.push(status);

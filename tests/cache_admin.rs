@@ -225,6 +225,35 @@ fn gc_keeps_a_build_being_set_up_and_an_entry_whose_lease_is_being_written() {
     assert!(!entry_exists(&env, &leased) && !starting.exists());
 }
 
+/// A tree another gc parked in the trash a moment ago may still go back (its
+/// lease re-check found a holder): only once it stayed there past the stale age
+/// is it left over from an interrupted gc.
+#[test]
+fn gc_leaves_what_another_gc_just_parked_and_removes_it_once_old() {
+    let env = TestEnv::new();
+    let parked = env.cache().join("trash/0123456789abcdef.4242.0");
+    std::fs::create_dir_all(parked.join("parts")).unwrap();
+    std::fs::write(parked.join("parts/a.done.json"), b"{}").unwrap();
+    let gc = || {
+        let output = env
+            .ferry()
+            .args(["gc", "--json"])
+            .envs([("FERRY_HEARTBEAT_INTERVAL", "1s"), ("FERRY_STALE_AGE", "2s")])
+            .output()
+            .unwrap();
+        assert!(output.status.success(), "{}", describe(&output));
+        serde_json::from_slice::<serde_json::Value>(&output.stdout).unwrap()
+    };
+    let report = gc();
+    assert_eq!(report["removed"].as_array().map(Vec::len), Some(0), "{report}");
+    assert!(parked.join("parts/a.done.json").is_file());
+
+    std::thread::sleep(Duration::from_millis(2100));
+    let report = gc();
+    assert_eq!(report["removed"][0]["kind"], "trash", "{report}");
+    assert!(!parked.exists());
+}
+
 #[test]
 fn verify_names_a_damaged_file_and_passes_a_clean_entry() {
     let env = TestEnv::new();

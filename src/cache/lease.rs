@@ -41,9 +41,6 @@ pub struct Lease {
 impl Lease {
     pub fn acquire(cache: &CacheLayout, short_fingerprint: &str, kind: &str) -> std::io::Result<Lease> {
         fsutil::create_dir_all(cache.root())?;
-        let dir = fsutil::retry_while_settling(|| {
-            Dir::open(cache.root())?.create_dir(LEASES_DIR)?.create_dir(short_fingerprint)
-        })?;
         let info = LeaseInfo {
             host: fsutil::whoami().host.clone(),
             pid: fsutil::whoami().pid,
@@ -53,12 +50,18 @@ impl Lease {
         };
         let name = format!("{}.{}.{}.{}", info.host, info.pid, kind, fsutil::unique_suffix());
         let bytes = serde_json::to_vec(&info).map_err(std::io::Error::other)?;
-        if !dir.create_new(&name, &bytes)? {
-            return Err(std::io::Error::new(
-                std::io::ErrorKind::AlreadyExists,
-                format!("{} exists already", dir.display_path(&name).display()),
-            ));
-        }
+        // Made again if gc on another node removes the emptied directory between
+        // its creation and the file's (see `remove_lease_dir`).
+        let dir = fsutil::retry_while_settling(|| {
+            let dir = Dir::open(cache.root())?.create_dir(LEASES_DIR)?.create_dir(short_fingerprint)?;
+            match dir.create_new(&name, &bytes)? {
+                true => Ok(dir),
+                false => Err(std::io::Error::new(
+                    std::io::ErrorKind::AlreadyExists,
+                    format!("{} exists already", dir.display_path(&name).display()),
+                )),
+            }
+        })?;
         let dir = Arc::new(dir);
         let (beating, beating_name) = (dir.clone(), name.clone());
         let heartbeat = Ticker::every(cache.liveness().heartbeat, move || {
