@@ -159,10 +159,7 @@ pub fn prepare(spec: &Spec, cache: &CacheLayout, options: &PrepareOptions) -> Re
     };
     let build = cache.build(&short);
     let tasks = shard_tasks(&located);
-    // The lease comes before the build directory: gc on another node must never
-    // see the directory without a live holder and take it for abandoned.
-    let _lease =
-        Lease::acquire(cache, &short, "build").map_err(IoError::at("taking a build lease in", cache.root()))?;
+    let _lease = build_lease(cache, &short)?;
     if let Some((entry, manifest)) = set_up_build(cache, &build, &located)? {
         return use_published(cache, spec, Prepared { entry, manifest, built: false, shards_tokenized_here: 0 });
     }
@@ -247,6 +244,12 @@ fn shard_tasks(located: &Located) -> Vec<shard::ShardTask> {
             })
         })
         .collect()
+}
+
+/// The lease a builder holds from before it makes the build directory: gc on
+/// another node must never see the directory without a live holder.
+fn build_lease(cache: &CacheLayout, short: &str) -> Result<Lease, PrepareError> {
+    Ok(Lease::acquire(cache, short, "build").map_err(IoError::at("taking a build lease in", cache.root()))?)
 }
 
 /// Creates the build directory's parts and claims directories, or finds the
