@@ -18,6 +18,7 @@ use crate::cache::layout::{
     BUILDING_DIR, BY_NAME_DIR, CacheLayout, ENTRIES_DIR, MANIFEST_FILE, MEMO_DIR, TRASH_DIR, USED_DIR,
 };
 use crate::cache::lease;
+use crate::cache::liveness;
 use crate::cache::manifest::Manifest;
 use crate::cache::staging;
 use crate::errors::{Failure, Fault, IoError};
@@ -195,8 +196,7 @@ fn remove_leftover_trash(
     let Some(trash) = dirs.root.open_dir_if_exists(TRASH_DIR)? else { return Ok(()) };
     for item in trash.list()? {
         let Ok(stat) = trash.stat(&item.name) else { continue };
-        let parked = SystemTime::UNIX_EPOCH + Duration::from_secs(stat.st_ctime.max(0) as u64);
-        if parked.elapsed().map_or(true, |age| age < cache.liveness().stale_age) {
+        if liveness::age_of_stamp(stat.st_ctime) < cache.liveness().stale_age {
             continue;
         }
         let bytes = trash.tree_size(&item.name);
@@ -325,8 +325,7 @@ fn remove_old_temporaries(dir: &Dir, dry_run: bool, report: &mut GcReport) -> io
             continue;
         }
         let Ok(stat) = dir.stat(&item.name) else { continue };
-        let modified = SystemTime::UNIX_EPOCH + Duration::from_secs(stat.st_mtime.max(0) as u64);
-        if modified.elapsed().is_ok_and(|age| age > TEMP_GRACE) {
+        if liveness::age_of_stamp(stat.st_mtime) > TEMP_GRACE {
             if !dry_run {
                 dir.remove_file(&item.name)?;
             }

@@ -199,9 +199,8 @@ pub fn builds(cache: &CacheLayout) -> Vec<BuildStatus> {
                 status.builders.push(format!("{}:{}", progress.host, progress.pid));
             }
         }
-        // A directory stamped in the future (another node's clock) is young too, and
-        // one whose age cannot be read is kept.
-        let directory_age = modified.map(|m| m.elapsed().unwrap_or_default()).unwrap_or_default();
+        // A directory whose age cannot be read is kept.
+        let directory_age = modified.map(liveness::age).unwrap_or_default();
         if holder_unknown && cache.liveness().holder_alive(None, Some(directory_age)) {
             status.state = BuildState::Building;
         }

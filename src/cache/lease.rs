@@ -8,11 +8,11 @@
 
 use std::path::Path;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
 
 use serde::{Deserialize, Serialize};
 
 use crate::cache::layout::{CacheLayout, LEASES_DIR};
+use crate::cache::liveness;
 use crate::fsutil;
 use crate::fsutil::untrusted::Dir;
 use crate::ticker::Ticker;
@@ -104,9 +104,7 @@ fn leases(cache: &CacheLayout, short_fingerprint: &str) -> std::io::Result<Optio
                 dir.read(&item.name, MAX_LEASE_BYTES).ok().and_then(|bytes| serde_json::from_slice(&bytes).ok());
             let alive = match dir.stat(&item.name) {
                 Ok(stat) => {
-                    let modified = SystemTime::UNIX_EPOCH + Duration::from_secs(stat.st_mtime.max(0) as u64);
-                    // Stamped after now by a node whose clock runs ahead: fresh.
-                    let age = modified.elapsed().unwrap_or_default();
+                    let age = liveness::age_of_stamp(stat.st_mtime);
                     cache.liveness().holder_alive(info.as_ref().map(|i| (i.host.as_str(), i.pid)), Some(age))
                 }
                 // Gone since the listing: released.

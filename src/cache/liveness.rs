@@ -4,7 +4,7 @@
 //! the cache as this process sees it, not a global.
 
 use std::path::Path;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use crate::fsutil;
 
@@ -41,8 +41,18 @@ impl Liveness {
     }
 }
 
-/// How long ago the file's heartbeat (mtime) was, if it can be read. A heartbeat
-/// stamped after now (another node's clock running ahead) is fresh, not unknown.
+/// How long ago the file's heartbeat (mtime) was, if it can be read.
 pub fn heartbeat_age(path: &Path) -> Option<Duration> {
-    Some(std::fs::symlink_metadata(path).ok()?.modified().ok()?.elapsed().unwrap_or_default())
+    Some(age(std::fs::symlink_metadata(path).ok()?.modified().ok()?))
+}
+
+/// How long ago `time` was. A time after now, stamped by a node whose clock runs
+/// ahead, was no time ago: fresh, not unknown.
+pub fn age(time: SystemTime) -> Duration {
+    time.elapsed().unwrap_or_default()
+}
+
+/// How long ago a file time of `seconds` since the epoch (a `stat` field) was.
+pub fn age_of_stamp(seconds: i64) -> Duration {
+    age(SystemTime::UNIX_EPOCH + Duration::from_secs(seconds.max(0) as u64))
 }
