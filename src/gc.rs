@@ -136,20 +136,20 @@ fn plan_evictions(entries: &[EntryStatus], policy: &GcPolicy, now: SystemTime) -
     evict.into_iter().enumerate().filter_map(|(index, reason)| reason.map(|r| (index, r))).collect()
 }
 
-/// A name in the trash that no other gc uses.
-fn parked_name(name: &str) -> String {
-    format!("{name}.{}.{}", fsutil::whoami().pid, fsutil::unique_suffix())
-}
-
-/// Renames `name` out of `from` into `trash`, then deletes it there: a racing
-/// reader sees the whole tree or none of it. Both directories are descriptors, so
-/// nothing is ever deleted through a symlink.
-fn discard(from: &Dir, name: &str, trash: &Dir) -> io::Result<()> {
-    let parked = parked_name(name);
+/// Renames `name` out of `from` into `trash`, under a name there that no other gc
+/// uses, and returns that name: a racing reader sees the whole tree or none of it.
+/// Both directories are descriptors, so nothing is ever moved through a symlink.
+fn park(from: &Dir, name: &str, trash: &Dir) -> io::Result<String> {
+    let parked = format!("{name}.{}.{}", fsutil::whoami().pid, fsutil::unique_suffix());
     if !from.rename_no_replace(name, trash, &parked)? {
         return Err(io::Error::other(format!("{} exists already", trash.display_path(&parked).display())));
     }
-    trash.remove_tree(&parked)
+    Ok(parked)
+}
+
+/// Parks `name` (see `park`), then deletes it in the trash.
+fn discard(from: &Dir, name: &str, trash: &Dir) -> io::Result<()> {
+    trash.remove_tree(&park(from, name, trash)?)
 }
 
 /// Whether `lease` says nobody uses the entry. Leases that cannot be read (a
@@ -303,10 +303,7 @@ fn evict_entry(cache: &CacheLayout, dirs: &CacheDirs, entries_dir: &Dir, short: 
 /// back, and this returns false. A holder takes its lease before it creates or
 /// uses the directory, so a lease missed by the check is seen here.
 fn discard_unless_leased(cache: &CacheLayout, trash: &Dir, from: &Dir, short: &str) -> io::Result<bool> {
-    let parked = parked_name(short);
-    if !from.rename_no_replace(short, trash, &parked)? {
-        return Err(io::Error::other(format!("{} exists already", trash.display_path(&parked).display())));
-    }
+    let parked = park(from, short, trash)?;
     if !unused(lease::live_leases(cache, short)) {
         // The new holder may have made the directory afresh meanwhile; then it keeps
         // its own and the parked one is deleted.
