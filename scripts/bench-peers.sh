@@ -8,7 +8,8 @@
 # here. For each it also counts the documents whose ids differ from Python
 # `tokenizers` (ferry's entry and gigatoken's output), and prints ferry's raw fast
 # core against gigatoken on one thread from memory, each with its cache cold (a new
-# encoder each pass) and warm (one encoder, passes after the first).
+# encoder each pass) and warm (one encoder, passes after the first). Each tool's
+# CPU time (user + system, every thread) and peak resident memory are printed too.
 #
 # BENCH_ROUNDS (default 2) alternates the runs and keeps the best of each; the
 # report also sets each round's ferry run against the gigatoken run right after it
@@ -99,16 +100,14 @@ TOML
       rm -rf "$work/cache"
       # Untimed: the write-back of the run before is charged to neither tool.
       sync
-      start=$(date +%s%N)
-      out=$(RAYON_NUM_THREADS=$threads "$ferry" -q prepare "$work/$family.toml" --cache "$work/cache" --jobs "$threads" --json)
-      elapsed=$(( $(date +%s%N) - start ))
-      seconds=$(printf '%d.%09d' $((elapsed / 1000000000)) $((elapsed % 1000000000)))
-      "$py" - "$family" "$threads" "$seconds" "$out" >> "$results" <<'PY'
+      out=$(RAYON_NUM_THREADS=$threads "$py" scripts/bench_peers.py timed "$work/timing.json" \
+        "$ferry" -q prepare "$work/$family.toml" --cache "$work/cache" --jobs "$threads" --json)
+      "$py" - "$family" "$threads" "$work/timing.json" "$out" >> "$results" <<'PY'
 import json, sys
-family, threads, seconds, out = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), json.loads(sys.argv[4])
+family, threads, timing, out = sys.argv[1], int(sys.argv[2]), json.load(open(sys.argv[3])), json.loads(sys.argv[4])
 manifest = json.load(open(f"{out['entry']}/manifest.json"))
 tokens = manifest["totals"]["tokens"] + manifest["totals"]["remainder_tokens"]
-print(json.dumps({"tool": "ferry", "family": family, "threads": threads, "seconds": seconds, "tokens": tokens,
+print(json.dumps({"tool": "ferry", "family": family, "threads": threads, "tokens": tokens, **timing,
                   "encoder": manifest["tokenizer"]["encoder"], "timings": manifest["timings"]}))
 PY
       sync

@@ -15,13 +15,18 @@ runs, the exactness check and the report.
   bench_peers.py exact TOKENIZER_JSON ENTRY_DIR FILE...
       how many documents' ids from ferry's entry and from gigatoken differ from
       Python `tokenizers`; prints one JSON line.
+  bench_peers.py timed TIMING_JSON COMMAND...
+      runs COMMAND (its output passed through) and writes its wall seconds, CPU
+      seconds (user + system, every thread) and peak resident memory to TIMING_JSON.
   bench_peers.py report RESULTS_JSONL CORES
 """
 
 import glob
 import json
 import os
+import resource
 import statistics
+import subprocess
 import sys
 import time
 
@@ -79,11 +84,26 @@ def run_gigatoken(tokenizer_json, files):
     # ferry's time includes loading its tokenizer; this one's load is timed apart.
     loading = time.perf_counter()
     tokenizer = gigatoken.Tokenizer(tokenizer_json)
-    started = time.perf_counter()
+    started, cpu_started = time.perf_counter(), time.process_time()
     ids = tokenizer.encode_files(gigatoken.JsonlFileSource(files, field="text"))
-    seconds = time.perf_counter() - started
+    seconds, cpu_seconds = time.perf_counter() - started, time.process_time() - cpu_started
     tokens = int(ak.sum(ak.num(ids)))
-    print(json.dumps({"seconds": seconds, "load_seconds": started - loading, "tokens": tokens, "documents": len(ids)}))
+    # Peak of the whole process, the interpreter and the loaded tokenizer included.
+    max_rss_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(json.dumps({"seconds": seconds, "load_seconds": started - loading, "cpu_seconds": cpu_seconds,
+                      "max_rss_mib": max_rss_mib, "tokens": tokens, "documents": len(ids)}))
+
+
+def run_timed(timing_json, command):
+    """Wall and CPU time of one child process, and its peak resident memory."""
+    started = time.perf_counter()
+    finished = subprocess.run(command)
+    seconds = time.perf_counter() - started
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    with open(timing_json, "w") as f:
+        json.dump({"seconds": seconds, "cpu_seconds": usage.ru_utime + usage.ru_stime,
+                   "max_rss_mib": usage.ru_maxrss / 1024}, f)
+    sys.exit(finished.returncode)
 
 
 def documents_of(text_file):
@@ -227,6 +247,19 @@ def report(results, cores):
             tokenizing = (ferry["tokens"] / t["tokenize_seconds"]) / (giga[0]["tokens"] / min(r["seconds"] for r in giga))
             print(f"{family:10s} {threads:7d}  before {before:.2f} s, tokenizing {t['tokenize_seconds']:.2f} s, "
                   f"publishing {t['publish_seconds']:.2f} s, outside {outside:.2f} s; tokenizing alone {tokenizing:.2f}x")
+    print("\nCPU time (user + system, every thread), least of the rounds: the work each tool does, apart from")
+    print("waiting; ferry's is the whole prepare, gigatoken's its encode_files call alone; and peak resident memory")
+    print("(gigatoken's counts the Python interpreter and its loaded tokenizer)")
+    for family in families:
+        for threads in sorted({r["threads"] for r in runs if r.get("family") == family and "threads" in r}):
+            mine = [r for r in runs_of(runs, "ferry", family, threads) if "cpu_seconds" in r]
+            giga = [r for r in runs_of(runs, "gigatoken", family, threads) if "cpu_seconds" in r]
+            if not mine or not giga:
+                continue
+            ferry_cpu, giga_cpu = min(r["cpu_seconds"] for r in mine), min(r["cpu_seconds"] for r in giga)
+            print(f"{family:10s} {threads:7d}  CPU ferry {ferry_cpu:.2f} s, gigatoken {giga_cpu:.2f} s: "
+                  f"ferry needs {ferry_cpu / giga_cpu:.2f}x gigatoken's CPU; peak RSS ferry "
+                  f"{max(r['max_rss_mib'] for r in mine):.0f} MiB, gigatoken {max(r['max_rss_mib'] for r in giga):.0f} MiB")
     for r in runs:
         if r.get("tool") == "exact":
             print(f"{r['family']:10s} documents whose ids differ from Python tokenizers: ferry {r['ferry_differ']}/{r['documents']}, "
@@ -253,6 +286,8 @@ def main():
         write_tokenizers(*args)
     elif command == "gigatoken":
         run_gigatoken(args[0], args[1:])
+    elif command == "timed":
+        run_timed(args[0], args[1:])
     elif command == "gigatoken-core":
         run_gigatoken_core(*args)
     elif command == "exact":
