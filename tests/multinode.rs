@@ -509,8 +509,13 @@ fn spawn_on(node: &str, env: &TestEnv, conf: &Path, args: &[&str]) -> Child {
 }
 
 fn finish_json(node: &str, child: Child) -> serde_json::Value {
+    finish_json_noting(node, child, "")
+}
+
+/// `finish_json`, with `note` (what else went on meanwhile) added to a failure's message.
+fn finish_json_noting(node: &str, child: Child, note: &str) -> serde_json::Value {
     let output = child.wait_with_output().unwrap();
-    assert!(output.status.success(), "on {node}: {}", describe(&output));
+    assert!(output.status.success(), "on {node}: {}{note}", describe(&output));
     serde_json::from_slice(&output.stdout).unwrap_or_else(|e| panic!("on {node}: {e}: {}", describe(&output)))
 }
 
@@ -577,9 +582,7 @@ fn gc_racing_a_prepare_on_another_node_deletes_nothing_in_use() {
             break;
         }
     }
-    let output = prepare.wait_with_output().unwrap();
-    assert!(output.status.success(), "on node2: {}\ngc meanwhile: {reports:?}", describe(&output));
-    let built: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    let built = finish_json_noting("node2", prepare, &format!("\ngc meanwhile: {reports:?}"));
     assert_eq!(built["built"], true, "{built}");
     assert!(reports.len() > 1, "the build ended before gc could race it: {reports:?}");
 
