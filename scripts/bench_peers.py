@@ -196,6 +196,13 @@ def runs_of(runs, tool, family, threads):
     return [r for r in runs if r.get("family") == family and r.get("threads") == threads and r["tool"] == tool]
 
 
+def cases(runs, families):
+    """Each tokenizer and thread count that ran, in the report's order."""
+    for family in families:
+        for threads in sorted({r["threads"] for r in runs if r.get("family") == family and "threads" in r}):
+            yield family, threads
+
+
 def paired_ratios(runs, family, threads):
     """ferry's speed over gigatoken's in each round (the runs are written in the
     order they ran: in a round, ferry's run comes right before gigatoken's)."""
@@ -218,48 +225,45 @@ def report(results, cores):
     print(" a slow minute of a shared host moves less than it moves either tool's best)")
     print(f"{'tokenizer':10s} {'threads':>7s} {'ferry':>10s} {'gigatoken':>10s}  ferry/gigatoken  encoder"
           f"                 with load  paired")
-    for family in families:
-        for threads in sorted({r["threads"] for r in runs if r.get("family") == family and "threads" in r}):
-            def best(tool):
-                return max(runs_of(runs, tool, family, threads), key=lambda r: r["tokens"] / r["seconds"], default=None)
-            ferry, giga = best("ferry"), best("gigatoken")
-            if not ferry or not giga:
-                continue
-            ratio = (ferry["tokens"] / ferry["seconds"]) / (giga["tokens"] / giga["seconds"])
-            loaded = [r for r in runs_of(runs, "gigatoken", family, threads) if "load_seconds" in r]
-            loaded_seconds = min((r["seconds"] + r["load_seconds"] for r in loaded), default=None)
-            with_load = "-" if loaded_seconds is None else f"{loaded_seconds / ferry['seconds']:.2f}x"
-            print(f"{family:10s} {threads:7d} {ferry['tokens'] / ferry['seconds'] / 1e6:8.2f} M {giga['tokens'] / giga['seconds'] / 1e6:8.2f} M"
-                  f"  {ratio:6.2f}x (target >= 1.0x) {'OK' if ratio >= 1 else 'MISSED'}   {ferry.get('encoder', '?'):22s} {with_load:>9s}"
-                  f"  {paired_ratios(runs, family, threads)}")
+    for family, threads in cases(runs, families):
+        def best(tool):
+            return max(runs_of(runs, tool, family, threads), key=lambda r: r["tokens"] / r["seconds"], default=None)
+        ferry, giga = best("ferry"), best("gigatoken")
+        if not ferry or not giga:
+            continue
+        ratio = (ferry["tokens"] / ferry["seconds"]) / (giga["tokens"] / giga["seconds"])
+        loaded = [r for r in runs_of(runs, "gigatoken", family, threads) if "load_seconds" in r]
+        loaded_seconds = min((r["seconds"] + r["load_seconds"] for r in loaded), default=None)
+        with_load = "-" if loaded_seconds is None else f"{loaded_seconds / ferry['seconds']:.2f}x"
+        print(f"{family:10s} {threads:7d} {ferry['tokens'] / ferry['seconds'] / 1e6:8.2f} M {giga['tokens'] / giga['seconds'] / 1e6:8.2f} M"
+              f"  {ratio:6.2f}x (target >= 1.0x) {'OK' if ratio >= 1 else 'MISSED'}   {ferry.get('encoder', '?'):22s} {with_load:>9s}"
+              f"  {paired_ratios(runs, family, threads)}")
     print("\nwhere ferry's time went, best run: before its first document (tokenizer identity, input hashes,")
     print("encoders), tokenizing, publishing, and outside (process start and exit); tokenizing alone against gigatoken")
-    for family in families:
-        for threads in sorted({r["threads"] for r in runs if r.get("family") == family and "threads" in r}):
-            mine = [r for r in runs_of(runs, "ferry", family, threads) if "timings" in r]
-            giga = runs_of(runs, "gigatoken", family, threads)
-            if not mine or not giga:
-                continue
-            ferry = min(mine, key=lambda r: r["seconds"])
-            t = ferry["timings"]
-            before = t["total_seconds"] - t["tokenize_seconds"] - t["publish_seconds"]
-            outside = ferry["seconds"] - t["total_seconds"]
-            tokenizing = (ferry["tokens"] / t["tokenize_seconds"]) / (giga[0]["tokens"] / min(r["seconds"] for r in giga))
-            print(f"{family:10s} {threads:7d}  before {before:.2f} s, tokenizing {t['tokenize_seconds']:.2f} s, "
-                  f"publishing {t['publish_seconds']:.2f} s, outside {outside:.2f} s; tokenizing alone {tokenizing:.2f}x")
+    for family, threads in cases(runs, families):
+        mine = [r for r in runs_of(runs, "ferry", family, threads) if "timings" in r]
+        giga = runs_of(runs, "gigatoken", family, threads)
+        if not mine or not giga:
+            continue
+        ferry = min(mine, key=lambda r: r["seconds"])
+        t = ferry["timings"]
+        before = t["total_seconds"] - t["tokenize_seconds"] - t["publish_seconds"]
+        outside = ferry["seconds"] - t["total_seconds"]
+        tokenizing = (ferry["tokens"] / t["tokenize_seconds"]) / (giga[0]["tokens"] / min(r["seconds"] for r in giga))
+        print(f"{family:10s} {threads:7d}  before {before:.2f} s, tokenizing {t['tokenize_seconds']:.2f} s, "
+              f"publishing {t['publish_seconds']:.2f} s, outside {outside:.2f} s; tokenizing alone {tokenizing:.2f}x")
     print("\nCPU time (user + system, every thread), least of the rounds: the work each tool does, apart from")
     print("waiting; ferry's is the whole prepare, gigatoken's its encode_files call alone; and peak resident memory")
     print("(gigatoken's counts the Python interpreter and its loaded tokenizer)")
-    for family in families:
-        for threads in sorted({r["threads"] for r in runs if r.get("family") == family and "threads" in r}):
-            mine = [r for r in runs_of(runs, "ferry", family, threads) if "cpu_seconds" in r]
-            giga = [r for r in runs_of(runs, "gigatoken", family, threads) if "cpu_seconds" in r]
-            if not mine or not giga:
-                continue
-            ferry_cpu, giga_cpu = min(r["cpu_seconds"] for r in mine), min(r["cpu_seconds"] for r in giga)
-            print(f"{family:10s} {threads:7d}  CPU ferry {ferry_cpu:.2f} s, gigatoken {giga_cpu:.2f} s: "
-                  f"ferry needs {ferry_cpu / giga_cpu:.2f}x gigatoken's CPU; peak RSS ferry "
-                  f"{max(r['max_rss_mib'] for r in mine):.0f} MiB, gigatoken {max(r['max_rss_mib'] for r in giga):.0f} MiB")
+    for family, threads in cases(runs, families):
+        mine = [r for r in runs_of(runs, "ferry", family, threads) if "cpu_seconds" in r]
+        giga = [r for r in runs_of(runs, "gigatoken", family, threads) if "cpu_seconds" in r]
+        if not mine or not giga:
+            continue
+        ferry_cpu, giga_cpu = min(r["cpu_seconds"] for r in mine), min(r["cpu_seconds"] for r in giga)
+        print(f"{family:10s} {threads:7d}  CPU ferry {ferry_cpu:.2f} s, gigatoken {giga_cpu:.2f} s: "
+              f"ferry needs {ferry_cpu / giga_cpu:.2f}x gigatoken's CPU; peak RSS ferry "
+              f"{max(r['max_rss_mib'] for r in mine):.0f} MiB, gigatoken {max(r['max_rss_mib'] for r in giga):.0f} MiB")
     for r in runs:
         if r.get("tool") == "exact":
             print(f"{r['family']:10s} documents whose ids differ from Python tokenizers: ferry {r['ferry_differ']}/{r['documents']}, "
