@@ -9,7 +9,8 @@
 # `tokenizers` (ferry's entry and gigatoken's output), and prints ferry's raw fast
 # core against gigatoken on one thread from memory, each with its cache cold (a new
 # encoder each pass) and warm (one encoder, passes after the first). Each tool's
-# CPU time (user + system, every thread) and peak resident memory are printed too.
+# CPU time (user + system, every thread), its system part, the pages first touched
+# (minor faults) and peak resident memory are printed too.
 #
 # BENCH_ROUNDS (default 2) alternates the runs and keeps the best of each; the
 # report also sets each round's ferry run against the gigatoken run right after it

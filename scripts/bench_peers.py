@@ -85,23 +85,30 @@ def run_gigatoken(tokenizer_json, files):
     loading = time.perf_counter()
     tokenizer = gigatoken.Tokenizer(tokenizer_json)
     started, cpu_started = time.perf_counter(), time.process_time()
+    usage_before = resource.getrusage(resource.RUSAGE_SELF)
     ids = tokenizer.encode_files(gigatoken.JsonlFileSource(files, field="text"))
     seconds, cpu_seconds = time.perf_counter() - started, time.process_time() - cpu_started
+    usage = resource.getrusage(resource.RUSAGE_SELF)
     tokens = int(ak.sum(ak.num(ids)))
     # Peak of the whole process, the interpreter and the loaded tokenizer included.
     max_rss_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(json.dumps({"seconds": seconds, "load_seconds": started - loading, "cpu_seconds": cpu_seconds,
+                      "system_seconds": usage.ru_stime - usage_before.ru_stime,
+                      "page_faults": usage.ru_minflt - usage_before.ru_minflt,
                       "max_rss_mib": max_rss_mib, "tokens": tokens, "documents": len(ids)}))
 
 
 def run_timed(timing_json, command):
-    """Wall and CPU time of one child process, and its peak resident memory."""
+    """Wall and CPU time of one child process, the kernel's share of it, the pages
+    it touched for the first time (minor faults: fresh memory, zeroed by the
+    kernel), and its peak resident memory."""
     started = time.perf_counter()
     finished = subprocess.run(command)
     seconds = time.perf_counter() - started
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
     with open(timing_json, "w") as f:
         json.dump({"seconds": seconds, "cpu_seconds": usage.ru_utime + usage.ru_stime,
+                   "system_seconds": usage.ru_stime, "page_faults": usage.ru_minflt,
                    "max_rss_mib": usage.ru_maxrss / 1024}, f)
     sys.exit(finished.returncode)
 
@@ -264,6 +271,11 @@ def report(results, cores):
         print(f"{family:10s} {threads:7d}  CPU ferry {ferry_cpu:.2f} s, gigatoken {giga_cpu:.2f} s: "
               f"ferry needs {ferry_cpu / giga_cpu:.2f}x gigatoken's CPU; peak RSS ferry "
               f"{max(r['max_rss_mib'] for r in mine):.0f} MiB, gigatoken {max(r['max_rss_mib'] for r in giga):.0f} MiB")
+        mine, giga = [r for r in mine if "page_faults" in r], [r for r in giga if "page_faults" in r]
+        if mine and giga:
+            print(f"{'':18s}  of it in the kernel, least: ferry {min(r['system_seconds'] for r in mine):.2f} s, "
+                  f"gigatoken {min(r['system_seconds'] for r in giga):.2f} s; pages first touched (minor faults), least: "
+                  f"ferry {min(r['page_faults'] for r in mine) / 1000:.1f} k, gigatoken {min(r['page_faults'] for r in giga) / 1000:.1f} k")
     for r in runs:
         if r.get("tool") == "exact":
             print(f"{r['family']:10s} documents whose ids differ from Python tokenizers: ferry {r['ferry_differ']}/{r['documents']}, "
