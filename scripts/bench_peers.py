@@ -90,12 +90,11 @@ def run_gigatoken(tokenizer_json, files):
     seconds, cpu_seconds = time.perf_counter() - started, time.process_time() - cpu_started
     usage = resource.getrusage(resource.RUSAGE_SELF)
     tokens = int(ak.sum(ak.num(ids)))
-    # Peak of the whole process, the interpreter and the loaded tokenizer included.
-    max_rss_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    # The peak is the whole process's, the interpreter and the loaded tokenizer included.
     print(json.dumps({"seconds": seconds, "load_seconds": started - loading, "cpu_seconds": cpu_seconds,
                       "system_seconds": usage.ru_stime - usage_before.ru_stime,
                       "page_faults": usage.ru_minflt - usage_before.ru_minflt,
-                      "max_rss_mib": max_rss_mib, "tokens": tokens, "documents": len(ids)}))
+                      "max_rss_mib": usage.ru_maxrss / 1024, "tokens": tokens, "documents": len(ids)}))
 
 
 def run_timed(timing_json, command):
@@ -210,6 +209,10 @@ def cases(runs, families):
             yield family, threads
 
 
+def least(runs, key):
+    return min(r[key] for r in runs)
+
+
 def paired_ratios(runs, family, threads):
     """ferry's speed over gigatoken's in each round (the runs are written in the
     order they ran: in a round, ferry's run comes right before gigatoken's)."""
@@ -267,15 +270,15 @@ def report(results, cores):
         giga = [r for r in runs_of(runs, "gigatoken", family, threads) if "cpu_seconds" in r]
         if not mine or not giga:
             continue
-        ferry_cpu, giga_cpu = min(r["cpu_seconds"] for r in mine), min(r["cpu_seconds"] for r in giga)
+        ferry_cpu, giga_cpu = least(mine, "cpu_seconds"), least(giga, "cpu_seconds")
         print(f"{family:10s} {threads:7d}  CPU ferry {ferry_cpu:.2f} s, gigatoken {giga_cpu:.2f} s: "
               f"ferry needs {ferry_cpu / giga_cpu:.2f}x gigatoken's CPU; peak RSS ferry "
               f"{max(r['max_rss_mib'] for r in mine):.0f} MiB, gigatoken {max(r['max_rss_mib'] for r in giga):.0f} MiB")
         mine, giga = [r for r in mine if "page_faults" in r], [r for r in giga if "page_faults" in r]
         if mine and giga:
-            print(f"{'':18s}  of it in the kernel, least: ferry {min(r['system_seconds'] for r in mine):.2f} s, "
-                  f"gigatoken {min(r['system_seconds'] for r in giga):.2f} s; pages first touched (minor faults), least: "
-                  f"ferry {min(r['page_faults'] for r in mine) / 1000:.1f} k, gigatoken {min(r['page_faults'] for r in giga) / 1000:.1f} k")
+            print(f"{'':18s}  of it in the kernel, least: ferry {least(mine, 'system_seconds'):.2f} s, "
+                  f"gigatoken {least(giga, 'system_seconds'):.2f} s; pages first touched (minor faults), least: "
+                  f"ferry {least(mine, 'page_faults') / 1000:.1f} k, gigatoken {least(giga, 'page_faults') / 1000:.1f} k")
     for r in runs:
         if r.get("tool") == "exact":
             print(f"{r['family']:10s} documents whose ids differ from Python tokenizers: ferry {r['ferry_differ']}/{r['documents']}, "

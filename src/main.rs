@@ -59,12 +59,13 @@ fn tune_allocator() {
     // "Performance").
     // SAFETY: no other thread exists yet (see above).
     unsafe { libmimalloc_sys::mi_option_set(MI_OPTION_PURGE_DELAY, PURGE_DELAY_MS) };
-    // No transparent huge pages: with freed memory returned at once, a huge page
-    // was zeroed whole (2 MiB) at its first touch and split when part of it went
-    // back, over and over. Without them, `prepare` on 108 MB (GPT-2, Llama-3, Qwen2,
-    // GPT-4o; 1 and 2 threads) peaked 20-44 MiB lower; its CPU time moved within
-    // this 2-core host's noise (medians from 10% less to 11% more), though loading
-    // GPT-4o's tokenizer alone took a fifth more CPU (more, smaller page faults).
+    // No transparent huge pages: a huge page is zeroed whole (2 MiB) at its first
+    // touch and split when part of it goes back, which happened over and over when
+    // freed memory went back at once (as measured here). Without them, `prepare` on
+    // 108 MB (GPT-2, Llama-3, Qwen2, GPT-4o; 1 and 2 threads) peaked 20-44 MiB
+    // lower; its CPU time moved within this 2-core host's noise (medians from 10%
+    // less to 11% more), though loading GPT-4o's tokenizer alone took a fifth more
+    // CPU (more, smaller page faults).
     // SAFETY: as above.
     unsafe { libmimalloc_sys::mi_option_set(MI_OPTION_ALLOW_THP, 0) };
     // mimalloc read that option as the process started, and may have asked for huge
