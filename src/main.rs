@@ -54,14 +54,14 @@ fn tune_allocator() {
     // large tokenizer's temporary maps, a batch's texts and ids) was zeroed by the
     // kernel again, page by page. Building 80 KB with GPT-4o's tokenizer touched
     // 58,000 fresh pages given back at once and 40,000 at 0.1 s, with a third less
-    // system time; builds of 108 MB touched 22-29% fewer, for peaks 10-23 MiB
-    // higher, within a build's bound of 100 MiB + 64 MiB per worker (README,
-    // "Performance").
+    // system time; what larger builds gain, and what the delay adds to their peaks
+    // within the bound of 100 MiB + 64 MiB per worker, is in the README
+    // ("Performance"), with the bench-rss figures it is measured by.
     // SAFETY: no other thread exists yet (see above).
     unsafe { libmimalloc_sys::mi_option_set(MI_OPTION_PURGE_DELAY, PURGE_DELAY_MS) };
     // No transparent huge pages: a huge page is zeroed whole (2 MiB) at its first
-    // touch and split when part of it goes back, which happened over and over when
-    // freed memory went back at once (as measured here). Without them, `prepare` on
+    // touch and split when part of it goes back, which happened over and over while
+    // freed memory went back at once. Measured then, without them, `prepare` on
     // 108 MB (GPT-2, Llama-3, Qwen2, GPT-4o; 1 and 2 threads) peaked 20-44 MiB
     // lower; its CPU time moved within this 2-core host's noise (medians from 10%
     // less to 11% more), though loading GPT-4o's tokenizer alone took a fifth more
