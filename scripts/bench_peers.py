@@ -213,6 +213,10 @@ def least(runs, key):
     return min(r[key] for r in runs)
 
 
+def most(runs, key):
+    return max(r[key] for r in runs)
+
+
 def paired_ratios(runs, family, threads):
     """ferry's speed over gigatoken's in each round (the runs are written in the
     order they ran: in a round, ferry's run comes right before gigatoken's)."""
@@ -259,7 +263,7 @@ def report(results, cores):
         t = ferry["timings"]
         before = t["total_seconds"] - t["tokenize_seconds"] - t["publish_seconds"]
         outside = ferry["seconds"] - t["total_seconds"]
-        tokenizing = (ferry["tokens"] / t["tokenize_seconds"]) / (giga[0]["tokens"] / min(r["seconds"] for r in giga))
+        tokenizing = (ferry["tokens"] / t["tokenize_seconds"]) / (giga[0]["tokens"] / least(giga, "seconds"))
         print(f"{family:10s} {threads:7d}  before {before:.2f} s, tokenizing {t['tokenize_seconds']:.2f} s, "
               f"publishing {t['publish_seconds']:.2f} s, outside {outside:.2f} s; tokenizing alone {tokenizing:.2f}x")
     print("\nCPU time (user + system, every thread), least of the rounds: the work each tool does, apart from")
@@ -273,7 +277,7 @@ def report(results, cores):
         ferry_cpu, giga_cpu = least(mine, "cpu_seconds"), least(giga, "cpu_seconds")
         print(f"{family:10s} {threads:7d}  CPU ferry {ferry_cpu:.2f} s, gigatoken {giga_cpu:.2f} s: "
               f"ferry needs {ferry_cpu / giga_cpu:.2f}x gigatoken's CPU; peak RSS ferry "
-              f"{max(r['max_rss_mib'] for r in mine):.0f} MiB, gigatoken {max(r['max_rss_mib'] for r in giga):.0f} MiB")
+              f"{most(mine, 'max_rss_mib'):.0f} MiB, gigatoken {most(giga, 'max_rss_mib'):.0f} MiB")
         mine, giga = [r for r in mine if "page_faults" in r], [r for r in giga if "page_faults" in r]
         if mine and giga:
             print(f"{'':18s}  of it in the kernel, least: ferry {least(mine, 'system_seconds'):.2f} s, "
