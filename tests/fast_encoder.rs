@@ -125,7 +125,18 @@ fn families_through_the_fast_path_give_python_tokenizers_ids() {
         let want: Vec<Vec<u32>> = want.into_iter().filter(|ids| !ids.is_empty()).collect();
         assert_eq!(entry_rows(entry), want, "{family}: the entry's rows are Python's ids");
     }
+    // Each family's confirmation that tokenizers writes the form ferry assembled is
+    // remembered for its next builds.
+    assert_eq!(confirmations_remembered(&env), FAMILIES.len());
     assert_merge_order_differs_from_id_order(&families.join("llama3_permuted").join("tokenizer.json"));
+}
+
+/// How many confirmations of assembled canonical forms the cache remembers.
+fn confirmations_remembered(env: &TestEnv) -> usize {
+    let Ok(memos) = std::fs::read_dir(env.cache().join("memo")) else { return 0 };
+    memos
+        .filter(|memo| memo.as_ref().unwrap().file_name().to_string_lossy().starts_with("tokenizer-confirmed-"))
+        .count()
 }
 
 /// The permuted tokenizer really has merges whose results are not in id order.
@@ -198,6 +209,7 @@ fn a_vocabulary_read_differently_is_encoded_again_by_the_tokenizer() {
     assert_eq!(prepared["encoder"], "tokenizers", "{prepared}");
     let why = prepared["fast_unavailable"].as_str().unwrap_or_default();
     assert!(why.contains("vocabulary or merges otherwise than the tokenizer"), "{prepared}");
+    assert_eq!(confirmations_remembered(&env), 0, "a form tokenizers writes otherwise is not remembered");
     let want: Vec<Vec<u32>> = documents
         .iter()
         .map(|document| encoders.encode_reference(document).unwrap())

@@ -153,10 +153,11 @@ pub fn prepare(spec: &Spec, cache: &CacheLayout, options: &PrepareOptions) -> Re
         return use_published(cache, spec, Prepared { entry, manifest, built: false, shards_tokenized_here: 0 });
     }
     tracing::info!(fingerprint = %short, "building entry");
-    let encoders = match located.parsed_tokenizer.take() {
-        Some(parsed) => Encoders::from_parsed(spec, parsed)?,
-        None => Encoders::load(spec)?,
+    let parsed = match located.parsed_tokenizer.take() {
+        Some(parsed) => parsed,
+        None => tokenizer::Parsed::read(spec)?,
     };
+    let encoders = Encoders::from_parsed(spec, parsed, Some(&cache.memo_dir()))?;
     let build = cache.build(&short);
     let tasks = shard_tasks(&located);
     let _lease = build_lease(cache, &short)?;

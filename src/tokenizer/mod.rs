@@ -36,10 +36,10 @@ mod scanner;
 mod serialized;
 mod split_regex;
 mod symbols;
+mod written;
 
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, OnceLock};
-use std::thread::JoinHandle;
+use std::sync::Arc;
 
 use crate::cache::memo::memoized_hash;
 use crate::errors::{Failure, Fault, caught_quietly};
@@ -50,6 +50,7 @@ use for_readers::SpecialTokens;
 pub use gpt2::builtin_tokenizer_json as builtin_gpt2_json;
 pub use kind::EncoderKind;
 pub use ranks::{Ranks, llama3_style_tokenizer_json};
+use written::{Written, WrittenCheck};
 
 #[derive(Debug, thiserror::Error)]
 pub enum TokenizerError {
@@ -266,29 +267,48 @@ pub fn identity(spec: &Spec, memo_dir: &Path, parsed: &mut Option<Parsed>) -> Re
         *parsed = Some(tokenizer);
         Ok(hash)
     };
-    match identity_memo_key(spec) {
+    match bytes_memo_key(spec, MemoOf::Identity) {
         Some(key) => memoized_hash(memo_dir, &key, canonical_hash),
         None => canonical_hash(),
     }
 }
 
+/// What a memo keyed by the tokenizer's bytes holds.
+#[derive(Clone, Copy)]
+enum MemoOf {
+    /// The hash of its canonical form (`identity`).
+    Identity,
+    /// That `tokenizers` writes the canonical form assembled from ferry's reading (`written`).
+    Confirmed,
+}
+
 /// The memo's name for the bytes of the tokenizer's files (`None` when one cannot
 /// be read: loading it will say why). The canonical form is what this build's
 /// `tokenizers` writes, so the key includes ferry's version.
-fn identity_memo_key(spec: &Spec) -> Option<String> {
-    let files = match tokenizer_files(spec).ok()? {
-        TokenizerFiles::VocabMerges(vocab, merges) => vec![vocab, merges],
-        TokenizerFiles::Json(path) => vec![path],
+fn bytes_memo_key(spec: &Spec, of: MemoOf) -> Option<String> {
+    let (domain, prefix): (&[u8], &str) = match of {
+        MemoOf::Identity => (b"ferry-tokenizer-identity\0", "tokenizer"),
+        MemoOf::Confirmed => (b"ferry-tokenizer-confirmed\0", "tokenizer-confirmed"),
     };
     let mut hasher = blake3::Hasher::new();
-    hasher.update(b"ferry-tokenizer-identity\0");
+    hasher.update(domain);
     hasher.update(env!("CARGO_PKG_VERSION").as_bytes());
-    for file in files {
-        let bytes = std::fs::read(file).ok()?;
-        hasher.update(&(bytes.len() as u64).to_le_bytes());
-        hasher.update(&bytes);
+    if spec.tokenizer.builtin.is_some() {
+        // The embedded text, which `tokenizer_text` reads or refuses.
+        let (_, json) = tokenizer_text(spec).ok()?;
+        hasher.update(json.as_bytes());
+    } else {
+        let files = match tokenizer_files(spec).ok()? {
+            TokenizerFiles::VocabMerges(vocab, merges) => vec![vocab, merges],
+            TokenizerFiles::Json(path) => vec![path],
+        };
+        for file in files {
+            let bytes = std::fs::read(file).ok()?;
+            hasher.update(&(bytes.len() as u64).to_le_bytes());
+            hasher.update(&bytes);
+        }
     }
-    Some(format!("tokenizer-{}", &hasher.finalize().to_hex()[..32]))
+    Some(format!("{prefix}-{}", &hasher.finalize().to_hex()[..32]))
 }
 
 /// Gives the memory that parsing a tokenizer freed back to the system. Parsing
@@ -303,55 +323,6 @@ fn release_freed_heap() {
     // SAFETY: malloc_trim only returns free pages of glibc's heaps to the system.
     unsafe {
         libc::malloc_trim(0);
-    }
-}
-
-/// How the canonical form `tokenizers` writes compares with an assembled one.
-enum Written {
-    Same,
-    /// `tokenizers` writes this text (`None`: it failed to write one).
-    Differs(Option<String>),
-}
-
-impl Written {
-    fn compare(reference: &tokenizers::Tokenizer, assembled: &str) -> Written {
-        match reference.to_string(false) {
-            Ok(own) if own == assembled => Written::Same,
-            Ok(own) => Written::Differs(Some(own)),
-            Err(_) => Written::Differs(None),
-        }
-    }
-}
-
-/// The comparison of an assembled canonical form with `tokenizers`' own, made on a
-/// thread of its own (a sixth of a second for GPT-4o) and awaited when needed.
-struct WrittenCheck {
-    /// Until its outcome is taken: the thread comparing.
-    thread: Mutex<Option<JoinHandle<Written>>>,
-    outcome: OnceLock<Written>,
-}
-
-impl WrittenCheck {
-    fn done(written: Written) -> WrittenCheck {
-        WrittenCheck { thread: Mutex::new(None), outcome: OnceLock::from(written) }
-    }
-
-    /// Starts comparing; where no thread can be started, compares here.
-    fn start(reference: &Arc<tokenizers::Tokenizer>, assembled: &Arc<str>) -> WrittenCheck {
-        let (shared, text) = (Arc::clone(reference), Arc::clone(assembled));
-        let spawned =
-            std::thread::Builder::new().name("canonical-check".into()).spawn(move || Written::compare(&shared, &text));
-        match spawned {
-            Ok(thread) => WrittenCheck { thread: Mutex::new(Some(thread)), outcome: OnceLock::new() },
-            Err(_) => WrittenCheck::done(Written::compare(reference, assembled)),
-        }
-    }
-
-    fn outcome(&self) -> &Written {
-        self.outcome.get_or_init(|| {
-            let thread = self.thread.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).take();
-            thread.and_then(|thread| thread.join().ok()).unwrap_or(Written::Differs(None))
-        })
     }
 }
 
@@ -380,16 +351,23 @@ pub struct Encoders {
 }
 
 impl Encoders {
+    /// The spec's tokenizer, with nothing remembered from earlier builds.
     pub fn load(spec: &Spec) -> Result<Encoders, TokenizerError> {
-        Encoders::from_parsed(spec, Parsed::read(spec)?)
+        Encoders::from_parsed(spec, Parsed::read(spec)?, None)
     }
 
-    /// The encoders of the spec's tokenizer, already parsed (by `identity` or `Parsed::read`).
-    pub fn from_parsed(spec: &Spec, parsed: Parsed) -> Result<Encoders, TokenizerError> {
+    /// The encoders of the spec's tokenizer, already parsed (by `identity` or
+    /// `Parsed::read`); with `memo_dir`, a confirmation that `tokenizers` writes
+    /// the assembled canonical form is taken from there, or left there (see `written`).
+    pub fn from_parsed(spec: &Spec, parsed: Parsed, memo_dir: Option<&Path>) -> Result<Encoders, TokenizerError> {
         let Parsed { source_name, tokenizer: mut reference, canonical, assembled, vocab_size, fast } = parsed;
         let load_error = |err: &dyn std::fmt::Display| TokenizerError::Load {
             source_name: source_name.clone(),
             message: err.to_string(),
+        };
+        let memo = || {
+            let key = bytes_memo_key(spec, MemoOf::Confirmed)?;
+            memo_dir.map(|dir| written::Memo::new(dir, &key))
         };
         // Truncation or padding stored in a tokenizer.json would silently cut or pad
         // documents; packing is ferry's job. Readers get the tokenizer as encoding used it.
@@ -397,7 +375,7 @@ impl Encoders {
         let mut written = WrittenCheck::done(Written::Same);
         if assembled && !plain {
             // Rare; compared here, before the settings go.
-            written = WrittenCheck::done(Written::compare(&reference, &canonical));
+            written = WrittenCheck::now(&reference, &canonical, memo().as_ref());
         }
         let serialized: Arc<str> = if plain {
             canonical.into()
@@ -408,7 +386,7 @@ impl Encoders {
         };
         let reference = Arc::new(reference);
         if assembled && plain {
-            written = WrittenCheck::start(&reference, &serialized);
+            written = WrittenCheck::start(&reference, &serialized, memo());
         }
         let token_type = spec.output.token_type;
         if vocab_size > token_type.max_vocab() {
@@ -725,7 +703,7 @@ mod tests {
         assert_eq!(std::fs::read_dir(&memo_dir).unwrap().count(), 2, "one memo per distinct file");
 
         // A memo that says otherwise is believed: the second call parsed nothing.
-        let memo = memo_dir.join(identity_memo_key(&spec_for(compact, "compact.json")).unwrap());
+        let memo = memo_dir.join(bytes_memo_key(&spec_for(compact, "compact.json"), MemoOf::Identity).unwrap());
         let planted = blake3::hash(b"planted");
         std::fs::write(&memo, planted.to_hex().as_bytes()).unwrap();
         assert_eq!(identity(&spec_for(compact, "compact.json"), &memo_dir, &mut None).unwrap(), planted);
@@ -737,6 +715,41 @@ mod tests {
         let mut parsed = None;
         identity(&spec_for(&changed, "compact.json"), &memo_dir, &mut parsed).unwrap();
         assert!(parsed.is_none(), "a memoized identity parses nothing");
+    }
+
+    #[test]
+    fn a_confirmed_canonical_form_is_remembered_and_a_memo_of_another_is_not_believed() {
+        let dir = tempfile::tempdir().unwrap();
+        let memo_dir = dir.path().join("memo");
+        std::fs::write(dir.path().join("tokenizer.json"), builtin_gpt2_json().unwrap()).unwrap();
+        let text = "name='t'\n[splits]\ntrain='x'\n[tokenizer]\npath='tokenizer.json'\n";
+        let spec = Spec::parse(text, &dir.path().join("t.toml"), dir.path().to_path_buf()).unwrap();
+        let load = || Encoders::from_parsed(&spec, Parsed::read(&spec).unwrap(), Some(&memo_dir)).unwrap();
+        let memo = memo_dir.join(bytes_memo_key(&spec, MemoOf::Confirmed).unwrap());
+
+        let first = load();
+        assert!(!first.written.is_done(), "the first build compares the forms on a thread");
+        assert!(first.fast_path_confirmed());
+        let hash = blake3::hash(first.serialized.as_bytes()).to_hex();
+        assert_eq!(std::fs::read_to_string(&memo).unwrap(), hash.as_str());
+        let second = load();
+        assert!(second.written.is_done() && second.fast_path_confirmed(), "the next build takes the memo");
+        assert!(!Encoders::load(&spec).unwrap().written.is_done(), "without a memo directory, it compares");
+
+        // A memo of another form (a damaged one, or one planted for another text) is
+        // not believed: the forms are compared again.
+        std::fs::write(&memo, blake3::hash(b"planted").to_hex().as_bytes()).unwrap();
+        let third = load();
+        assert!(!third.written.is_done());
+        assert!(third.fast_path_confirmed());
+
+        // Where `tokenizers` writes another form, nothing is remembered.
+        let mut duplicated: Value = serde_json::from_str(builtin_gpt2_json().unwrap()).unwrap();
+        duplicated["model"]["vocab"]["zz-the-again"] = duplicated["model"]["vocab"]["the"].clone();
+        std::fs::write(dir.path().join("tokenizer.json"), duplicated.to_string()).unwrap();
+        let differing = load();
+        assert!(!differing.fast_path_confirmed());
+        assert!(!memo_dir.join(bytes_memo_key(&spec, MemoOf::Confirmed).unwrap()).exists());
     }
 
     #[test]

@@ -1,0 +1,129 @@
+//! Whether `tokenizers` writes the canonical form that was assembled from ferry's
+//! own reading of a tokenizer (see `canonical`): the comparison, run on a thread
+//! of its own while the first documents are encoded, and its memo.
+//!
+//! Writing GPT-4o's canonical form again takes `tokenizers` a fifth of a second
+//! of CPU, in every build of that tokenizer. Where it wrote the assembled form
+//! once, it writes it again for the same file's bytes under the same ferry, so
+//! the confirmation is remembered in the cache's memo directory, as the
+//! tokenizer's identity is: by the file's bytes, with the hash of the form it
+//! confirmed. A memo is believed as the identity's memo is (a user who can write
+//! either could as well have written the entries); one whose hash is not this
+//! reading's form is ignored, and the comparison runs.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::thread::JoinHandle;
+
+use crate::fsutil;
+
+/// How the canonical form `tokenizers` writes compares with an assembled one.
+pub enum Written {
+    Same,
+    /// `tokenizers` writes this text (`None`: it failed to write one).
+    Differs(Option<String>),
+}
+
+impl Written {
+    fn compare(reference: &tokenizers::Tokenizer, assembled: &str) -> Written {
+        match reference.to_string(false) {
+            Ok(own) if own == assembled => Written::Same,
+            Ok(own) => Written::Differs(Some(own)),
+            Err(_) => Written::Differs(None),
+        }
+    }
+
+    /// The comparison, recorded in `memo` when the forms are the same.
+    fn compare_and_remember(reference: &tokenizers::Tokenizer, assembled: &str, memo: Option<&Memo>) -> Written {
+        let written = Written::compare(reference, assembled);
+        if let (Written::Same, Some(memo)) = (&written, memo) {
+            memo.record(assembled);
+        }
+        written
+    }
+}
+
+/// Where a confirmation is remembered: a file in the memo directory named for
+/// the tokenizer's bytes, holding the hash of the form `tokenizers` wrote.
+pub struct Memo {
+    dir: PathBuf,
+    path: PathBuf,
+}
+
+impl Memo {
+    /// The memo in `dir` under `key` (see `tokenizer::bytes_memo_key`).
+    pub fn new(dir: &Path, key: &str) -> Memo {
+        Memo { dir: dir.to_path_buf(), path: dir.join(key) }
+    }
+
+    /// Whether `tokenizers` was found to write `assembled` itself.
+    fn confirms(&self, assembled: &str) -> bool {
+        let Ok(bytes) = fsutil::untrusted::read_regular(&self.path, 1024) else {
+            return false;
+        };
+        blake3::Hash::from_hex(String::from_utf8_lossy(&bytes).trim())
+            .is_ok_and(|hash| hash == blake3::hash(assembled.as_bytes()))
+    }
+
+    /// Writes the memo once; one that cannot be written only costs the comparison
+    /// again next time.
+    fn record(&self, assembled: &str) {
+        let hex = blake3::hash(assembled.as_bytes()).to_hex();
+        let written = fsutil::create_dir_all(&self.dir).and_then(|()| fsutil::write_once(&self.path, hex.as_bytes()));
+        if let Err(err) = written {
+            tracing::warn!(path = %self.path.display(), error = %err, "cannot write a memo");
+        }
+    }
+}
+
+/// The comparison of an assembled canonical form with `tokenizers`' own, made on a
+/// thread of its own (a sixth of a second for GPT-4o) and awaited when needed.
+pub struct WrittenCheck {
+    /// Until its outcome is taken: the thread comparing.
+    thread: Mutex<Option<JoinHandle<Written>>>,
+    outcome: OnceLock<Written>,
+}
+
+impl WrittenCheck {
+    pub fn done(written: Written) -> WrittenCheck {
+        WrittenCheck { thread: Mutex::new(None), outcome: OnceLock::from(written) }
+    }
+
+    /// Compares here (and remembers a confirmation), unless `memo` confirms already.
+    pub fn now(reference: &tokenizers::Tokenizer, assembled: &str, memo: Option<&Memo>) -> WrittenCheck {
+        if memo.is_some_and(|memo| memo.confirms(assembled)) {
+            return WrittenCheck::done(Written::Same);
+        }
+        WrittenCheck::done(Written::compare_and_remember(reference, assembled, memo))
+    }
+
+    /// Starts comparing, unless `memo` confirms already; where no thread can be
+    /// started, compares here.
+    pub fn start(reference: &Arc<tokenizers::Tokenizer>, assembled: &Arc<str>, memo: Option<Memo>) -> WrittenCheck {
+        if memo.as_ref().is_some_and(|memo| memo.confirms(assembled)) {
+            return WrittenCheck::done(Written::Same);
+        }
+        let (shared, text) = (Arc::clone(reference), Arc::clone(assembled));
+        let spawned = std::thread::Builder::new()
+            .name("canonical-check".into())
+            .spawn(move || Written::compare_and_remember(&shared, &text, memo.as_ref()));
+        match spawned {
+            Ok(thread) => WrittenCheck { thread: Mutex::new(Some(thread)), outcome: OnceLock::new() },
+            // The memo went with the closure; it is only missed this once.
+            Err(_) => WrittenCheck::done(Written::compare(reference, assembled)),
+        }
+    }
+
+    /// Whether the outcome is known without waiting (for tests).
+    #[cfg(test)]
+    pub fn is_done(&self) -> bool {
+        self.outcome.get().is_some()
+    }
+
+    pub fn outcome(&self) -> &Written {
+        self.outcome.get_or_init(|| {
+            let thread = self.thread.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).take();
+            thread.and_then(|thread| thread.join().ok()).unwrap_or(Written::Differs(None))
+        })
+    }
+}
