@@ -10,7 +10,9 @@
 # core against gigatoken on one thread from memory, each with its cache cold (a new
 # encoder each pass) and warm (one encoder, passes after the first). Each tool's
 # CPU time (user + system, every thread), its system part, the pages first touched
-# (minor faults) and peak resident memory are printed too.
+# (minor faults) and peak resident memory are printed too. After each round's
+# gigatoken run, ferry builds the same entry again with its memos kept (a later
+# build of the same tokenizer and inputs), reported apart.
 #
 # BENCH_ROUNDS (default 2) alternates the runs and keeps the best of each; the
 # report also sets each round's ferry run against the gigatoken run right after it
@@ -81,6 +83,20 @@ fi
 
 results="$work/results.jsonl"
 : > "$results"
+# One timed `ferry prepare` of $family on $threads threads, recorded as tool $1.
+ferry_run() {
+  local out
+  out=$(RAYON_NUM_THREADS=$threads "$py" scripts/bench_peers.py timed "$work/timing.json" \
+    "$ferry" -q prepare "$work/$family.toml" --cache "$work/cache" --jobs "$threads" --json)
+  "$py" - "$1" "$family" "$threads" "$work/timing.json" "$out" >> "$results" <<'PY'
+import json, sys
+tool, family, threads, timing, out = sys.argv[1], sys.argv[2], int(sys.argv[3]), json.load(open(sys.argv[4])), json.loads(sys.argv[5])
+manifest = json.load(open(f"{out['entry']}/manifest.json"))
+tokens = manifest["totals"]["tokens"] + manifest["totals"]["remainder_tokens"]
+print(json.dumps({"tool": tool, "family": family, "threads": threads, "tokens": tokens, **timing,
+                  "encoder": manifest["tokenizer"]["encoder"], "timings": manifest["timings"]}))
+PY
+}
 for family in $families; do
   tokenizer="$tokenizers/$family/tokenizer.json"
   cat > "$work/$family.toml" <<TOML
@@ -97,25 +113,23 @@ token_type = "uint32"
 TOML
   for round in $(seq 1 "$rounds"); do
     for threads in 1 "$cores"; do
-      say "$family, $threads thread(s), round $round/$rounds: ferry prepare, then gigatoken"
+      say "$family, $threads thread(s), round $round/$rounds: ferry prepare, gigatoken, ferry prepare again"
       rm -rf "$work/cache"
       # Untimed: the write-back of the run before is charged to neither tool.
       sync
-      out=$(RAYON_NUM_THREADS=$threads "$py" scripts/bench_peers.py timed "$work/timing.json" \
-        "$ferry" -q prepare "$work/$family.toml" --cache "$work/cache" --jobs "$threads" --json)
-      "$py" - "$family" "$threads" "$work/timing.json" "$out" >> "$results" <<'PY'
-import json, sys
-family, threads, timing, out = sys.argv[1], int(sys.argv[2]), json.load(open(sys.argv[3])), json.loads(sys.argv[4])
-manifest = json.load(open(f"{out['entry']}/manifest.json"))
-tokens = manifest["totals"]["tokens"] + manifest["totals"]["remainder_tokens"]
-print(json.dumps({"tool": "ferry", "family": family, "threads": threads, "tokens": tokens, **timing,
-                  "encoder": manifest["tokenizer"]["encoder"], "timings": manifest["timings"]}))
-PY
+      ferry_run ferry
       sync
       RAYON_NUM_THREADS=$threads "$py" scripts/bench_peers.py gigatoken "$tokenizer" "${files[@]}" |
         "$py" -c "import json,sys; r=json.load(sys.stdin); r.update(tool='gigatoken', family='$family', threads=$threads); print(json.dumps(r))" >> "$results"
+      # The same entry built again, as a later build of the same tokenizer and inputs
+      # would be: with the memos the first build left (the tokenizer's identity and the
+      # confirmation of its canonical form, the inputs' content hashes).
+      rm -rf "$work/cache/entries" "$work/cache/by-name"
+      sync
+      ferry_run ferry_again
     done
   done
+  # The entry checked is the last one built, with the memos kept.
   say "$family: ids of every document against Python tokenizers"
   entry=$(ls -d "$work"/cache/entries/*/ | head -1)
   "$py" scripts/bench_peers.py exact "$tokenizer" "$entry" "${files[@]}" |

@@ -217,6 +217,12 @@ def most(runs, key):
     return max(r[key] for r in runs)
 
 
+def before_first_document(run):
+    """A ferry run's seconds before its first document: tokenizer identity, input hashes, encoders."""
+    t = run["timings"]
+    return t["total_seconds"] - t["tokenize_seconds"] - t["publish_seconds"]
+
+
 def paired_ratios(runs, family, threads):
     """ferry's speed over gigatoken's in each round (the runs are written in the
     order they ran: in a round, ferry's run comes right before gigatoken's)."""
@@ -261,11 +267,26 @@ def report(results, cores):
             continue
         ferry = min(mine, key=lambda r: r["seconds"])
         t = ferry["timings"]
-        before = t["total_seconds"] - t["tokenize_seconds"] - t["publish_seconds"]
+        before = before_first_document(ferry)
         outside = ferry["seconds"] - t["total_seconds"]
         tokenizing = (ferry["tokens"] / t["tokenize_seconds"]) / (giga[0]["tokens"] / least(giga, "seconds"))
         print(f"{family:10s} {threads:7d}  before {before:.2f} s, tokenizing {t['tokenize_seconds']:.2f} s, "
               f"publishing {t['publish_seconds']:.2f} s, outside {outside:.2f} s; tokenizing alone {tokenizing:.2f}x")
+    print("\nthe same entry built again after each round's gigatoken run, as a later build of the same tokenizer")
+    print("and inputs would be: the memos the first build left are kept (tokenizer identity, confirmation of its")
+    print("canonical form, input hashes); best run, its time before the first document; CPU least of the rounds")
+    for family, threads in cases(runs, families):
+        again = [r for r in runs_of(runs, "ferry_again", family, threads) if "timings" in r]
+        first = [r for r in runs_of(runs, "ferry", family, threads) if "timings" in r]
+        giga = runs_of(runs, "gigatoken", family, threads)
+        if not again or not first or not giga:
+            continue
+        best, best_first = min(again, key=lambda r: r["seconds"]), min(first, key=lambda r: r["seconds"])
+        ratio = (best["tokens"] / best["seconds"]) / (giga[0]["tokens"] / least(giga, "seconds"))
+        print(f"{family:10s} {threads:7d}  {best['tokens'] / best['seconds'] / 1e6:8.2f} M tokens/s, ferry/gigatoken "
+              f"{ratio:.2f}x ({best.get('encoder', '?')}); before {before_first_document(best):.2f} s "
+              f"(first build {before_first_document(best_first):.2f} s); CPU {least(again, 'cpu_seconds'):.2f} s "
+              f"(first build {least(first, 'cpu_seconds'):.2f} s)")
     print("\nCPU time (user + system, every thread), least of the rounds: the work each tool does, apart from")
     print("waiting; ferry's is the whole prepare, gigatoken's its encode_files call alone; and peak resident memory")
     print("(gigatoken's counts the Python interpreter and its loaded tokenizer)")

@@ -7,6 +7,8 @@
 //! <cache>/building/<fp16>/           an entry being built (shared by every task building it)
 //! <cache>/memo/<key>                 input content hashes keyed by (path, size, mtime)
 //! <cache>/memo/tokenizer-<key>       tokenizer identities keyed by the bytes of the tokenizer's files
+//! <cache>/memo/tokenizer-confirmed-<key>  confirmations that `tokenizers` writes the canonical form
+//!                                    ferry assembled, keyed by the tokenizer's text
 //! <cache>/leases/<fp16>/<holder>     live users of an entry (builds, stagings)
 //! <cache>/used/<fp16>                mtime = last use of the entry
 //! <cache>/trash/                     entries being deleted

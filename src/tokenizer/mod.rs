@@ -192,6 +192,8 @@ pub struct Parsed {
     /// Whether `canonical` was assembled from ferry's own reading of the vocabulary
     /// and merges (see `canonical`), not yet compared with what `tokenizers` writes.
     assembled: bool,
+    /// The memo's name for a confirmation of an assembled `canonical`.
+    confirmed_memo_key: Option<String>,
     /// One more than the largest id, added tokens included (see `vocab_size`).
     vocab_size: u64,
     /// `None` when the spec turns the fast path off.
@@ -212,6 +214,8 @@ impl Parsed {
                 .fast_path
                 .then(|| std::thread::Builder::new().spawn_scoped(scope, || fast::Provisional::build(&json)).ok());
             let tokenizer = parse(&source_name, &json)?;
+            // Named while the provisional encoder is still being built.
+            let memo_key = spec.tokenizer.fast_path.then(|| confirmed_memo_key(&json));
             // `None` inside: the fast path is on, but there is no provisional encoder.
             let provisional = provisional.map(|thread| thread.and_then(|thread| thread.join().ok()).flatten());
             let assembled = provisional.as_ref().and_then(|provisional| {
@@ -232,7 +236,16 @@ impl Parsed {
                 Some(provisional) => provisional.confirm(&canonical),
                 None => FastEncoder::for_tokenizer_json(&canonical),
             });
-            Ok(Parsed { source_name: source_name.clone(), tokenizer, canonical, assembled, vocab_size, fast })
+            let confirmed_memo_key = memo_key.filter(|_| assembled);
+            Ok(Parsed {
+                source_name: source_name.clone(),
+                tokenizer,
+                canonical,
+                assembled,
+                confirmed_memo_key,
+                vocab_size,
+                fast,
+            })
         })
     }
 }
@@ -267,48 +280,45 @@ pub fn identity(spec: &Spec, memo_dir: &Path, parsed: &mut Option<Parsed>) -> Re
         *parsed = Some(tokenizer);
         Ok(hash)
     };
-    match bytes_memo_key(spec, MemoOf::Identity) {
+    match identity_memo_key(spec) {
         Some(key) => memoized_hash(memo_dir, &key, canonical_hash),
         None => canonical_hash(),
     }
 }
 
-/// What a memo keyed by the tokenizer's bytes holds.
-#[derive(Clone, Copy)]
-enum MemoOf {
-    /// The hash of its canonical form (`identity`).
-    Identity,
-    /// That `tokenizers` writes the canonical form assembled from ferry's reading (`written`).
-    Confirmed,
-}
+/// What a memo of a tokenizer (its identity, a confirmation of its canonical form)
+/// depends on besides the tokenizer's bytes: ferry's reading of it, and the
+/// `tokenizers` that writes its canonical form. Raise the reading's count when
+/// ferry's reading of a tokenizer changes; a test keeps the `tokenizers` version
+/// the one in Cargo.lock.
+const MEMO_VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), "/tokenizers 0.23.2/reading 1");
 
 /// The memo's name for the bytes of the tokenizer's files (`None` when one cannot
-/// be read: loading it will say why). The canonical form is what this build's
-/// `tokenizers` writes, so the key includes ferry's version.
-fn bytes_memo_key(spec: &Spec, of: MemoOf) -> Option<String> {
-    let (domain, prefix): (&[u8], &str) = match of {
-        MemoOf::Identity => (b"ferry-tokenizer-identity\0", "tokenizer"),
-        MemoOf::Confirmed => (b"ferry-tokenizer-confirmed\0", "tokenizer-confirmed"),
+/// be read: loading it will say why).
+fn identity_memo_key(spec: &Spec) -> Option<String> {
+    let files = match tokenizer_files(spec).ok()? {
+        TokenizerFiles::VocabMerges(vocab, merges) => vec![vocab, merges],
+        TokenizerFiles::Json(path) => vec![path],
     };
     let mut hasher = blake3::Hasher::new();
-    hasher.update(domain);
-    hasher.update(env!("CARGO_PKG_VERSION").as_bytes());
-    if spec.tokenizer.builtin.is_some() {
-        // The embedded text, which `tokenizer_text` reads or refuses.
-        let (_, json) = tokenizer_text(spec).ok()?;
-        hasher.update(json.as_bytes());
-    } else {
-        let files = match tokenizer_files(spec).ok()? {
-            TokenizerFiles::VocabMerges(vocab, merges) => vec![vocab, merges],
-            TokenizerFiles::Json(path) => vec![path],
-        };
-        for file in files {
-            let bytes = std::fs::read(file).ok()?;
-            hasher.update(&(bytes.len() as u64).to_le_bytes());
-            hasher.update(&bytes);
-        }
+    hasher.update(b"ferry-tokenizer-identity\0");
+    hasher.update(MEMO_VERSION.as_bytes());
+    for file in files {
+        let bytes = std::fs::read(file).ok()?;
+        hasher.update(&(bytes.len() as u64).to_le_bytes());
+        hasher.update(&bytes);
     }
-    Some(format!("{prefix}-{}", &hasher.finalize().to_hex()[..32]))
+    Some(format!("tokenizer-{}", &hasher.finalize().to_hex()[..32]))
+}
+
+/// The memo's name for a confirmation that `tokenizers` writes the canonical form
+/// assembled from `json`, the text parsed (see `written`).
+fn confirmed_memo_key(json: &str) -> String {
+    let mut hasher = blake3::Hasher::new();
+    hasher.update(b"ferry-tokenizer-confirmed\0");
+    hasher.update(MEMO_VERSION.as_bytes());
+    hasher.update(json.as_bytes());
+    format!("tokenizer-confirmed-{}", &hasher.finalize().to_hex()[..32])
 }
 
 /// Gives the memory that parsing a tokenizer freed back to the system. Parsing
@@ -360,15 +370,20 @@ impl Encoders {
     /// `Parsed::read`); with `memo_dir`, a confirmation that `tokenizers` writes
     /// the assembled canonical form is taken from there, or left there (see `written`).
     pub fn from_parsed(spec: &Spec, parsed: Parsed, memo_dir: Option<&Path>) -> Result<Encoders, TokenizerError> {
-        let Parsed { source_name, tokenizer: mut reference, canonical, assembled, vocab_size, fast } = parsed;
+        let Parsed {
+            source_name,
+            tokenizer: mut reference,
+            canonical,
+            assembled,
+            confirmed_memo_key,
+            vocab_size,
+            fast,
+        } = parsed;
         let load_error = |err: &dyn std::fmt::Display| TokenizerError::Load {
             source_name: source_name.clone(),
             message: err.to_string(),
         };
-        let memo = || {
-            let key = bytes_memo_key(spec, MemoOf::Confirmed)?;
-            memo_dir.map(|dir| written::Memo::new(dir, &key))
-        };
+        let memo = || Some(written::Memo::new(memo_dir?, confirmed_memo_key.clone()?));
         // Truncation or padding stored in a tokenizer.json would silently cut or pad
         // documents; packing is ferry's job. Readers get the tokenizer as encoding used it.
         let plain = reference.get_truncation().is_none() && reference.get_padding().is_none();
@@ -703,7 +718,7 @@ mod tests {
         assert_eq!(std::fs::read_dir(&memo_dir).unwrap().count(), 2, "one memo per distinct file");
 
         // A memo that says otherwise is believed: the second call parsed nothing.
-        let memo = memo_dir.join(bytes_memo_key(&spec_for(compact, "compact.json"), MemoOf::Identity).unwrap());
+        let memo = memo_dir.join(identity_memo_key(&spec_for(compact, "compact.json")).unwrap());
         let planted = blake3::hash(b"planted");
         std::fs::write(&memo, planted.to_hex().as_bytes()).unwrap();
         assert_eq!(identity(&spec_for(compact, "compact.json"), &memo_dir, &mut None).unwrap(), planted);
@@ -725,7 +740,7 @@ mod tests {
         let text = "name='t'\n[splits]\ntrain='x'\n[tokenizer]\npath='tokenizer.json'\n";
         let spec = Spec::parse(text, &dir.path().join("t.toml"), dir.path().to_path_buf()).unwrap();
         let load = || Encoders::from_parsed(&spec, Parsed::read(&spec).unwrap(), Some(&memo_dir)).unwrap();
-        let memo = memo_dir.join(bytes_memo_key(&spec, MemoOf::Confirmed).unwrap());
+        let memo = memo_dir.join(confirmed_memo_key(builtin_gpt2_json().unwrap()));
 
         let first = load();
         assert!(!first.written.is_done(), "the first build compares the forms on a thread");
@@ -737,11 +752,12 @@ mod tests {
         assert!(!Encoders::load(&spec).unwrap().written.is_done(), "without a memo directory, it compares");
 
         // A memo of another form (a damaged one, or one planted for another text) is
-        // not believed: the forms are compared again.
+        // not believed: the forms are compared again, and it is replaced.
         std::fs::write(&memo, blake3::hash(b"planted").to_hex().as_bytes()).unwrap();
         let third = load();
         assert!(!third.written.is_done());
         assert!(third.fast_path_confirmed());
+        assert_eq!(std::fs::read_to_string(&memo).unwrap(), hash.as_str());
 
         // Where `tokenizers` writes another form, nothing is remembered.
         let mut duplicated: Value = serde_json::from_str(builtin_gpt2_json().unwrap()).unwrap();
@@ -749,7 +765,18 @@ mod tests {
         std::fs::write(dir.path().join("tokenizer.json"), duplicated.to_string()).unwrap();
         let differing = load();
         assert!(!differing.fast_path_confirmed());
-        assert!(!memo_dir.join(bytes_memo_key(&spec, MemoOf::Confirmed).unwrap()).exists());
+        assert!(!memo_dir.join(confirmed_memo_key(&duplicated.to_string())).exists());
+    }
+
+    #[test]
+    fn the_memos_name_the_tokenizers_version_in_cargo_lock() {
+        let lock = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("Cargo.lock")).unwrap();
+        let version = lock
+            .split("[[package]]")
+            .find_map(|package| package.strip_prefix("\nname = \"tokenizers\"\nversion = \""))
+            .and_then(|rest| rest.split('"').next())
+            .unwrap();
+        assert!(MEMO_VERSION.contains(&format!("/tokenizers {version}/")), "{MEMO_VERSION} against {version}");
     }
 
     #[test]
