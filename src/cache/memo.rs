@@ -1,10 +1,10 @@
 //! Hashes memoized on disk under a key: input content hashes (keyed by path,
 //! size and mtime, in `inputs`) and tokenizer identities share `memoized_hash`;
-//! confirmations of a tokenizer's canonical form (`tokenizer::written`) read and
-//! write their memos with `read_hash` and `write_hash`.
+//! confirmations of a tokenizer's canonical form (`tokenizer::written`) keep a
+//! `HashMemo` between reading and writing theirs.
 
 use std::io;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use crate::fsutil;
 
@@ -15,40 +15,50 @@ pub fn memoized_hash<E>(
     key: &str,
     compute: impl FnOnce() -> Result<blake3::Hash, E>,
 ) -> Result<blake3::Hash, E> {
-    let memo = read_hash(dir, key);
-    if let Ok(Some(hash)) = memo {
+    let memo = HashMemo::read(dir, key);
+    if let Some(hash) = memo.hash() {
         return Ok(hash);
     }
     let hash = compute()?;
-    write_hash(dir, key, &hash, found(&memo));
+    memo.write(&hash);
     Ok(hash)
 }
 
-/// The hash the memo in `dir` under `key` holds: an error where there is none
-/// or it is not a regular file, `None` where it is damaged.
-pub fn read_hash(dir: &Path, key: &str) -> io::Result<Option<blake3::Hash>> {
-    let bytes = fsutil::untrusted::read_regular(&dir.join(key), 1024)?;
-    Ok(blake3::Hash::from_hex(String::from_utf8_lossy(&bytes).trim()).ok())
+/// One memo file holding a hash, as it was read: what was found there decides
+/// how a new hash is written.
+pub struct HashMemo {
+    dir: PathBuf,
+    key: String,
+    /// An error where there is none or it is not a regular file, `None` where it is damaged.
+    found: io::Result<Option<blake3::Hash>>,
 }
 
-/// Whether `read_hash` found something under the key, if only a damaged memo or
-/// another kind of file: `write_hash` then replaces it.
-pub fn found(memo: &io::Result<Option<blake3::Hash>>) -> bool {
-    !matches!(memo, Err(err) if err.kind() == io::ErrorKind::NotFound)
-}
+impl HashMemo {
+    pub fn read(dir: &Path, key: &str) -> HashMemo {
+        let found = fsutil::untrusted::read_regular(&dir.join(key), 1024)
+            .map(|bytes| blake3::Hash::from_hex(String::from_utf8_lossy(&bytes).trim()).ok());
+        HashMemo { dir: dir.to_path_buf(), key: key.to_string(), found }
+    }
 
-/// Writes `hash` as the memo in `dir` under `key`. A new memo is written once, so
-/// processes racing on other nodes never swap it under one another's reads; only
-/// what was `found` under the key (a damaged memo, one of another hash, another
-/// kind of file) is `replace`d. A memo that cannot be written is only warned about.
-pub fn write_hash(dir: &Path, key: &str, hash: &blake3::Hash, replace: bool) {
-    let memo_path = dir.join(key);
-    let hex = hash.to_hex();
-    let written = fsutil::create_dir_all(dir).and_then(|()| match replace {
-        false => fsutil::write_once(&memo_path, hex.as_bytes()).map(drop),
-        true => fsutil::write_atomic(&memo_path, hex.as_bytes()),
-    });
-    if let Err(err) = written {
-        tracing::warn!(path = %memo_path.display(), error = %err, "cannot write a memo");
+    /// The hash the memo held when read.
+    pub fn hash(&self) -> Option<blake3::Hash> {
+        self.found.as_ref().ok().copied().flatten()
+    }
+
+    /// Writes `hash` as the memo. A new memo is written once, so processes racing
+    /// on other nodes never swap it under one another's reads; only what was found
+    /// under the key (a damaged memo, one of another hash, another kind of file) is
+    /// replaced. A memo that cannot be written is only warned about.
+    pub fn write(&self, hash: &blake3::Hash) {
+        let path = self.dir.join(&self.key);
+        let hex = hash.to_hex();
+        let missing = matches!(&self.found, Err(err) if err.kind() == io::ErrorKind::NotFound);
+        let written = fsutil::create_dir_all(&self.dir).and_then(|()| match missing {
+            true => fsutil::write_once(&path, hex.as_bytes()).map(drop),
+            false => fsutil::write_atomic(&path, hex.as_bytes()),
+        });
+        if let Err(err) = written {
+            tracing::warn!(path = %path.display(), error = %err, "cannot write a memo");
+        }
     }
 }

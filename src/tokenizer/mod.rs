@@ -192,7 +192,8 @@ pub struct Parsed {
     /// Whether `canonical` was assembled from ferry's own reading of the vocabulary
     /// and merges (see `canonical`), not yet compared with what `tokenizers` writes.
     assembled: bool,
-    /// The memo's name for a confirmation of an assembled `canonical`.
+    /// The memo's name for a confirmation of `canonical`, used where it is
+    /// `assembled`; `None` when the fast path is off.
     confirmed_memo_key: Option<String>,
     /// One more than the largest id, added tokens included (see `vocab_size`).
     vocab_size: u64,
@@ -236,13 +237,12 @@ impl Parsed {
                 Some(provisional) => provisional.confirm(&canonical),
                 None => FastEncoder::for_tokenizer_json(&canonical),
             });
-            let confirmed_memo_key = memo_key.filter(|_| assembled);
             Ok(Parsed {
                 source_name: source_name.clone(),
                 tokenizer,
                 canonical,
                 assembled,
-                confirmed_memo_key,
+                confirmed_memo_key: memo_key,
                 vocab_size,
                 fast,
             })
@@ -383,7 +383,7 @@ impl Encoders {
             source_name: source_name.clone(),
             message: err.to_string(),
         };
-        let memo = || Some(written::Memo::new(memo_dir?, confirmed_memo_key.clone()?));
+        let memo = || Some(written::Memo::read(memo_dir?, confirmed_memo_key.as_deref()?));
         // Truncation or padding stored in a tokenizer.json would silently cut or pad
         // documents; packing is ferry's job. Readers get the tokenizer as encoding used it.
         let plain = reference.get_truncation().is_none() && reference.get_padding().is_none();

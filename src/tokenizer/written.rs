@@ -11,11 +11,11 @@
 //! write either could as well have written the entries); one of another hash is
 //! ignored, the forms are compared, and it is replaced.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::thread::JoinHandle;
 
-use crate::cache::memo;
+use crate::cache::memo::HashMemo;
 
 /// How the canonical form `tokenizers` writes compares with an assembled one.
 pub enum Written {
@@ -43,27 +43,23 @@ impl Written {
     }
 }
 
-/// Where a confirmation is remembered: a memo named for the text of the
-/// tokenizer that was parsed (see `Parsed`), holding the hash of the canonical
-/// form `tokenizers` was found to write for it.
-pub struct Memo {
-    dir: PathBuf,
-    key: String,
-}
+/// The memo of a confirmation, as read at the build's start: named for the text
+/// of the tokenizer that was parsed (see `Parsed`), holding the hash of the
+/// canonical form `tokenizers` was found to write for it.
+pub struct Memo(HashMemo);
 
 impl Memo {
-    pub fn new(dir: &Path, key: String) -> Memo {
-        Memo { dir: dir.to_path_buf(), key }
+    pub fn read(dir: &Path, key: &str) -> Memo {
+        Memo(HashMemo::read(dir, key))
     }
 
     /// Whether `tokenizers` was found to write `assembled` itself.
     fn confirms(&self, assembled: &str) -> bool {
-        memo::read_hash(&self.dir, &self.key).is_ok_and(|hash| hash == Some(blake3::hash(assembled.as_bytes())))
+        self.0.hash().is_some_and(|hash| hash == blake3::hash(assembled.as_bytes()))
     }
 
     fn record(&self, assembled: &str) {
-        let replace = memo::found(&memo::read_hash(&self.dir, &self.key));
-        memo::write_hash(&self.dir, &self.key, &blake3::hash(assembled.as_bytes()), replace);
+        self.0.write(&blake3::hash(assembled.as_bytes()));
     }
 }
 
