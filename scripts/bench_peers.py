@@ -197,9 +197,11 @@ def check_exact(tokenizer_json, entry, files):
                       "gigatoken_differ": giga_differ, "gigatoken_extra_tokens": len(giga) - giga_at}))
 
 
-def runs_of(runs, tool, family, threads):
-    """The runs of one tool on one tokenizer and thread count, in the order they ran."""
-    return [r for r in runs if r.get("family") == family and r.get("threads") == threads and r["tool"] == tool]
+def runs_of(runs, tool, family, threads, having=None):
+    """The runs of one tool on one tokenizer and thread count, in the order they
+    ran; with `having`, only those that recorded that field."""
+    return [r for r in runs if r.get("family") == family and r.get("threads") == threads and r["tool"] == tool
+            and (having is None or having in r)]
 
 
 def cases(runs, families):
@@ -215,6 +217,11 @@ def least(runs, key):
 
 def most(runs, key):
     return max(r[key] for r in runs)
+
+
+def gigatoken_best_speed(giga):
+    """gigatoken's tokens per second in its fastest run (every run encodes the same tokens)."""
+    return giga[0]["tokens"] / least(giga, "seconds")
 
 
 def before_first_document(run):
@@ -252,7 +259,7 @@ def report(results, cores):
         if not ferry or not giga:
             continue
         ratio = (ferry["tokens"] / ferry["seconds"]) / (giga["tokens"] / giga["seconds"])
-        loaded = [r for r in runs_of(runs, "gigatoken", family, threads) if "load_seconds" in r]
+        loaded = runs_of(runs, "gigatoken", family, threads, "load_seconds")
         loaded_seconds = min((r["seconds"] + r["load_seconds"] for r in loaded), default=None)
         with_load = "-" if loaded_seconds is None else f"{loaded_seconds / ferry['seconds']:.2f}x"
         print(f"{family:10s} {threads:7d} {ferry['tokens'] / ferry['seconds'] / 1e6:8.2f} M {giga['tokens'] / giga['seconds'] / 1e6:8.2f} M"
@@ -261,7 +268,7 @@ def report(results, cores):
     print("\nwhere ferry's time went, best run: before its first document (tokenizer identity, input hashes,")
     print("encoders), tokenizing, publishing, and outside (process start and exit); tokenizing alone against gigatoken")
     for family, threads in cases(runs, families):
-        mine = [r for r in runs_of(runs, "ferry", family, threads) if "timings" in r]
+        mine = runs_of(runs, "ferry", family, threads, "timings")
         giga = runs_of(runs, "gigatoken", family, threads)
         if not mine or not giga:
             continue
@@ -269,20 +276,20 @@ def report(results, cores):
         t = ferry["timings"]
         before = before_first_document(ferry)
         outside = ferry["seconds"] - t["total_seconds"]
-        tokenizing = (ferry["tokens"] / t["tokenize_seconds"]) / (giga[0]["tokens"] / least(giga, "seconds"))
+        tokenizing = (ferry["tokens"] / t["tokenize_seconds"]) / gigatoken_best_speed(giga)
         print(f"{family:10s} {threads:7d}  before {before:.2f} s, tokenizing {t['tokenize_seconds']:.2f} s, "
               f"publishing {t['publish_seconds']:.2f} s, outside {outside:.2f} s; tokenizing alone {tokenizing:.2f}x")
     print("\nthe same entry built again after each round's gigatoken run, as a later build of the same tokenizer")
     print("and inputs would be: the memos the first build left are kept (tokenizer identity, confirmation of its")
     print("canonical form, input hashes); best run, its time before the first document; CPU least of the rounds")
     for family, threads in cases(runs, families):
-        again = [r for r in runs_of(runs, "ferry_again", family, threads) if "timings" in r]
-        first = [r for r in runs_of(runs, "ferry", family, threads) if "timings" in r]
+        again = runs_of(runs, "ferry_again", family, threads, "timings")
+        first = runs_of(runs, "ferry", family, threads, "timings")
         giga = runs_of(runs, "gigatoken", family, threads)
         if not again or not first or not giga:
             continue
         best, best_first = min(again, key=lambda r: r["seconds"]), min(first, key=lambda r: r["seconds"])
-        ratio = (best["tokens"] / best["seconds"]) / (giga[0]["tokens"] / least(giga, "seconds"))
+        ratio = (best["tokens"] / best["seconds"]) / gigatoken_best_speed(giga)
         print(f"{family:10s} {threads:7d}  {best['tokens'] / best['seconds'] / 1e6:8.2f} M tokens/s, ferry/gigatoken "
               f"{ratio:.2f}x ({best.get('encoder', '?')}); before {before_first_document(best):.2f} s "
               f"(first build {before_first_document(best_first):.2f} s); CPU {least(again, 'cpu_seconds'):.2f} s "
@@ -291,8 +298,8 @@ def report(results, cores):
     print("waiting; ferry's is the whole prepare, gigatoken's its encode_files call alone; and peak resident memory")
     print("(gigatoken's counts the Python interpreter and its loaded tokenizer)")
     for family, threads in cases(runs, families):
-        mine = [r for r in runs_of(runs, "ferry", family, threads) if "cpu_seconds" in r]
-        giga = [r for r in runs_of(runs, "gigatoken", family, threads) if "cpu_seconds" in r]
+        mine = runs_of(runs, "ferry", family, threads, "cpu_seconds")
+        giga = runs_of(runs, "gigatoken", family, threads, "cpu_seconds")
         if not mine or not giga:
             continue
         ferry_cpu, giga_cpu = least(mine, "cpu_seconds"), least(giga, "cpu_seconds")
