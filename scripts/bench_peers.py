@@ -219,6 +219,11 @@ def most(runs, key):
     return max(r[key] for r in runs)
 
 
+def fastest(runs):
+    """The run that took the least time."""
+    return min(runs, key=lambda r: r["seconds"])
+
+
 def gigatoken_best_speed(giga):
     """gigatoken's tokens per second in its fastest run (every run encodes the same tokens)."""
     return giga[0]["tokens"] / least(giga, "seconds")
@@ -272,7 +277,7 @@ def report(results, cores):
         giga = runs_of(runs, "gigatoken", family, threads)
         if not mine or not giga:
             continue
-        ferry = min(mine, key=lambda r: r["seconds"])
+        ferry = fastest(mine)
         t = ferry["timings"]
         before = before_first_document(ferry)
         outside = ferry["seconds"] - t["total_seconds"]
@@ -288,7 +293,7 @@ def report(results, cores):
         giga = runs_of(runs, "gigatoken", family, threads)
         if not again or not first or not giga:
             continue
-        best, best_first = min(again, key=lambda r: r["seconds"]), min(first, key=lambda r: r["seconds"])
+        best, best_first = fastest(again), fastest(first)
         ratio = (best["tokens"] / best["seconds"]) / gigatoken_best_speed(giga)
         print(f"{family:10s} {threads:7d}  {best['tokens'] / best['seconds'] / 1e6:8.2f} M tokens/s, ferry/gigatoken "
               f"{ratio:.2f}x ({best.get('encoder', '?')}); before {before_first_document(best):.2f} s "
@@ -306,7 +311,8 @@ def report(results, cores):
         print(f"{family:10s} {threads:7d}  CPU ferry {ferry_cpu:.2f} s, gigatoken {giga_cpu:.2f} s: "
               f"ferry needs {ferry_cpu / giga_cpu:.2f}x gigatoken's CPU; peak RSS ferry "
               f"{most(mine, 'max_rss_mib'):.0f} MiB, gigatoken {most(giga, 'max_rss_mib'):.0f} MiB")
-        mine, giga = [r for r in mine if "page_faults" in r], [r for r in giga if "page_faults" in r]
+        mine = runs_of(runs, "ferry", family, threads, "page_faults")
+        giga = runs_of(runs, "gigatoken", family, threads, "page_faults")
         if mine and giga:
             print(f"{'':18s}  of it in the kernel, least: ferry {least(mine, 'system_seconds'):.2f} s, "
                   f"gigatoken {least(giga, 'system_seconds'):.2f} s; pages first touched (minor faults), least: "
