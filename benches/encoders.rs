@@ -14,6 +14,9 @@
 //! `cargo bench --bench encoders -- --fast TOKENIZER_JSON TEXT_FILE [PASSES]` times
 //! the fast core alone on one thread, cold each pass, in CPU time: for A/B runs.
 //!
+//! `cargo bench --bench encoders -- --build TOKENIZER_JSON PASSES` times building
+//! the fast encoder from a tokenizer, in CPU time: for A/B runs of a build's start.
+//!
 //! `cargo bench --bench encoders -- --llama3-tokenizer OUT` writes that
 //! Llama-3-structured tokenizer.json, for the benchmark's peers to load.
 
@@ -41,6 +44,7 @@ fn main() -> anyhow::Result<()> {
         Some("--cores") => return cores::run(&args[1..]),
         Some("--llama3-tokenizer") => return cores::write_llama3_style(Ranks::Cl100kBase, args.get(1).map(Path::new)),
         Some("--long-word") => return cores::long_word(&args[1..]),
+        Some("--build") => return cores::build_only(&args[1..]),
         Some("--fast") => return cores::fast_only(&args[1..]),
         Some("--gpt2-tokenizer") => return cores::write_gpt2(args.get(1).map(Path::new)),
         Some("--o200k-tokenizer") => return cores::write_llama3_style(Ranks::O200kBase, args.get(1).map(Path::new)),

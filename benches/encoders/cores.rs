@@ -44,6 +44,22 @@ pub fn write_gpt2(out: Option<&Path>) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Builds the fast encoder from a `tokenizer.json` `PASSES` times, timing each build
+/// alone (the part of a build's start that is ferry's own reading of the tokenizer),
+/// in this thread's CPU time; prints one JSON line per pass.
+pub fn build_only(args: &[String]) -> anyhow::Result<()> {
+    let [tokenizer_path, passes] = args else { anyhow::bail!("usage: --build TOKENIZER_JSON PASSES") };
+    let json = fs_err::read_to_string(tokenizer_path)?;
+    for _ in 0..passes.parse::<usize>()? {
+        let started = thread_seconds();
+        let fast = FastEncoder::for_tokenizer_json(&json)?;
+        let seconds = thread_seconds() - started;
+        drop(fast);
+        println!("{}", json!({"cpu_seconds": seconds}));
+    }
+    Ok(())
+}
+
 /// The fast core alone on one thread, its cache cold at each pass (a new encoder):
 /// the quick measure for comparing two builds of it, alternating. Prints one JSON
 /// line per pass with its tokens per second of this thread's CPU time, which other
@@ -56,13 +72,6 @@ pub fn fast_only(args: &[String]) -> anyhow::Result<()> {
     };
     let tokenizer: Value = serde_json::from_slice(&fs_err::read(tokenizer_path)?)?;
     let documents = documents(std::slice::from_ref(text_file))?;
-    // Through libc, not rustix's vDSO call, so that the bench also runs under valgrind.
-    let thread_seconds = || {
-        let mut time = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-        // SAFETY: clock_gettime only writes the timespec it is given.
-        unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut time) };
-        time.tv_sec as f64 + time.tv_nsec as f64 * 1e-9
-    };
     for _ in 0..passes {
         let fast = FastEncoder::for_tokenizer(&tokenizer)?;
         let started = thread_seconds();
@@ -74,6 +83,15 @@ pub fn fast_only(args: &[String]) -> anyhow::Result<()> {
         );
     }
     Ok(())
+}
+
+/// This thread's CPU time, which other processes on the machine do not inflate.
+/// Through libc, not rustix's vDSO call, so that the bench also runs under valgrind.
+fn thread_seconds() -> f64 {
+    let mut time = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: clock_gettime only writes the timespec it is given.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut time) };
+    time.tv_sec as f64 + time.tv_nsec as f64 * 1e-9
 }
 
 /// One word of `bytes` pseudo-random ASCII letters, encoded by the fast core
