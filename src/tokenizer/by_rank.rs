@@ -21,7 +21,7 @@ pub fn rank_ordered(merges: &FxHashMap<(u32, u32), Merge>) -> bool {
     // vocabulary: a hash map of them was a tenth of building GPT-4o's encoder. Else
     // keyed by id, since a vocabulary's ids may be sparse and large.
     let largest = merges.iter().flat_map(|(&(left, right), merge)| [left, right, merge.id]).max().unwrap_or(0);
-    if largest as usize <= DENSE_IDS_PER_MERGE * merges.len() + 256 {
+    if ids_fit_a_table(largest, merges.len()) {
         let mut ranks = vec![TokenRanks::default(); largest as usize + 1];
         record_ranks(merges, &mut ranks);
         return ranks.iter().all(TokenRanks::in_order);
@@ -32,9 +32,12 @@ pub fn rank_ordered(merges: &FxHashMap<(u32, u32), Merge>) -> bool {
     ranks.values().all(TokenRanks::in_order)
 }
 
-/// How many ids per merge a vocabulary may span and still have its tokens' ranks
-/// in a table indexed by id.
-const DENSE_IDS_PER_MERGE: usize = 4;
+/// Whether ids up to `largest`, for `count` tokens or merges, are dense enough for a
+/// table indexed by id: an untrusted vocabulary's ids may go up to `u32::MAX`,
+/// and the table stays within a few entries per token.
+pub fn ids_fit_a_table(largest: u32, count: usize) -> bool {
+    largest as usize <= 4 * count + 256
+}
 
 /// A token's highest rank that makes it and lowest rank that uses it.
 #[derive(Clone, Copy)]

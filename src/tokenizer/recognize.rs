@@ -12,6 +12,7 @@ use serde_json::Value;
 
 use super::added::AddedToken;
 use super::bpe::{Alphabet, BytePairMerger, WholeTokens};
+use super::by_rank::ids_fit_a_table;
 use super::bytelevel::{byte_to_char, decode_token_into};
 use super::patterns::BYTE_LEVEL_PATTERN;
 use super::pretokenize::{Behavior, SplitStep};
@@ -267,13 +268,13 @@ fn merges(model: &Model, ids: &FxHashMap<Token, u32>) -> Result<FxHashMap<(u32, 
 }
 
 /// The vocabulary's token of each id, where its ids are about as many as its
-/// tokens (as in every trained vocabulary); else none.
+/// tokens (as in every trained vocabulary, see `ids_fit_a_table`); else none.
 fn tokens_by_id<'v>(ids: &'v FxHashMap<Token, u32>) -> Vec<Option<&'v str>> {
-    let largest = ids.values().copied().max().unwrap_or(0) as usize;
-    if largest > 4 * ids.len() + 256 {
+    let largest = ids.values().copied().max().unwrap_or(0);
+    if !ids_fit_a_table(largest, ids.len()) {
         return Vec::new();
     }
-    let mut tokens = vec![None; largest + 1];
+    let mut tokens = vec![None; largest as usize + 1];
     for (token, &id) in ids {
         tokens[id as usize] = Some(&**token);
     }
