@@ -241,9 +241,7 @@ fn merges(model: &Model, ids: &FxHashMap<Token, u32>) -> Result<FxHashMap<(u32, 
     // pair takes one of the three lookups of each merge, a third of the time here.
     let tokens = tokens_by_id(ids);
     let is_next = |id: u32, left: &str, right: &str| {
-        tokens.get(id as usize).copied().flatten().is_some_and(|token| {
-            token.len() == left.len() + right.len() && token.starts_with(left) && token.ends_with(right)
-        })
+        tokens.get(id as usize).copied().flatten().is_some_and(|token| joins(token, left, right))
     };
     let mut merges = FxHashMap::default();
     merges.reserve(list.len());
@@ -251,7 +249,7 @@ fn merges(model: &Model, ids: &FxHashMap<Token, u32>) -> Result<FxHashMap<(u32, 
     let mut last_result = None;
     for (rank, merge) in list.iter().enumerate() {
         let (left, right) = merge.pair();
-        let next = last_result.map(|id: u32| id.wrapping_add(1)).filter(|&id| is_next(id, left, right));
+        let next = last_result.and_then(|id: u32| id.checked_add(1)).filter(|&id| is_next(id, left, right));
         let result = next.or_else(|| {
             joined.clear();
             joined.push_str(left);
@@ -265,6 +263,11 @@ fn merges(model: &Model, ids: &FxHashMap<Token, u32>) -> Result<FxHashMap<(u32, 
         last_result = Some(id);
     }
     Ok(merges)
+}
+
+/// Whether `token` is `left` followed by `right`, compared in place.
+fn joins(token: &str, left: &str, right: &str) -> bool {
+    token.len() == left.len() + right.len() && token.starts_with(left) && token.ends_with(right)
 }
 
 /// The vocabulary's token of each id, where its ids are about as many as its
