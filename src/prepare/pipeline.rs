@@ -195,9 +195,14 @@ pub(super) fn run(
     let writer = RowSink::new(arrow, &output.formats, output.token_type, build, &task.split, task.shard)?;
     let cancelled = AtomicBool::new(false);
     let (sender, receiver) = channel();
+    let (writer_running, writer_done) = channel::<()>();
     std::thread::scope(|threads| {
         let cancelled = &cancelled;
-        let writing = threads.spawn(move || write_in_order(context, receiver, packer, writer, cancelled));
+        let writing = threads.spawn(move || {
+            // Dropped when writing ends, however it ends: that tells the pool thread.
+            let _running = writer_running;
+            write_in_order(context, receiver, packer, writer, cancelled)
+        });
         let dispatch = Dispatch { context, path: &task.input.path, kind, sender, cancelled };
         let mut reading = Reading::new(context, task, reader, cancelled);
         let totals = if context.reading_threads {
@@ -209,7 +214,16 @@ pub(super) fn run(
             rayon::in_place_scope(|pool| dispatch.run(pool, || reading.next_batch()));
             reading.totals
         };
-        // The writer's input ends once every encoding task has sent its batch.
+        // The writer's input ends once every encoding task has sent its batch. It
+        // then makes the shard's files durable (an fsync of tens of MB, 20-40 ms);
+        // meanwhile this pool thread encodes other shards' batches rather than idle.
+        wait_running_queued_work(|wait| {
+            let ended = match wait {
+                None => matches!(writer_done.try_recv(), Err(TryRecvError::Disconnected)),
+                Some(timeout) => matches!(writer_done.recv_timeout(timeout), Err(RecvTimeoutError::Disconnected)),
+            };
+            ended.then_some(())
+        });
         let written = writing.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic));
         Ok((totals, written?))
     })
