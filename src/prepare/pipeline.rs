@@ -208,22 +208,18 @@ pub(super) fn run(
         let totals = if context.reading_threads {
             let (batches, read) = sync_channel(READ_AHEAD_BATCHES);
             let reading = threads.spawn(move || reading.send_all(batches));
-            rayon::in_place_scope(|pool| dispatch.run(pool, || next_read(&read)));
+            rayon::in_place_scope(|pool| dispatch.run(pool, || receive_running_queued_work(&read)));
             reading.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic))
         } else {
             rayon::in_place_scope(|pool| dispatch.run(pool, || reading.next_batch()));
             reading.totals
         };
         // The writer's input ends once every encoding task has sent its batch. It
-        // then makes the shard's files durable (an fsync of tens of MB, 20-40 ms);
-        // meanwhile this pool thread encodes other shards' batches rather than idle.
-        wait_running_queued_work(|wait| {
-            let ended = match wait {
-                None => matches!(writer_done.try_recv(), Err(TryRecvError::Disconnected)),
-                Some(timeout) => matches!(writer_done.recv_timeout(timeout), Err(RecvTimeoutError::Disconnected)),
-            };
-            ended.then_some(())
-        });
+        // then makes the shard's files durable (an fsync: a few ms on a local disk
+        // once writeback started as they were written, longer on some network
+        // filesystems); meanwhile this pool thread encodes other shards' batches
+        // rather than idle. Nothing is sent: the channel ends with the writer.
+        while receive_running_queued_work(&writer_done).is_some() {}
         let written = writing.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic));
         Ok((totals, written?))
     })
@@ -382,17 +378,18 @@ impl<'a> Dispatch<'a> {
     }
 }
 
-/// The next batch from a reading thread, `None` once it is done; the pool thread
-/// waiting for it runs queued encoding work meanwhile.
-fn next_read(batches: &Receiver<ReadBatch>) -> Option<ReadBatch> {
+/// The next value from another thread (a reading thread's batch), `None` once
+/// its senders are gone; the pool thread waiting for it runs queued encoding
+/// work meanwhile.
+fn receive_running_queued_work<T>(receiver: &Receiver<T>) -> Option<T> {
     wait_running_queued_work(|wait| match wait {
-        None => match batches.try_recv() {
-            Ok(batch) => Some(Some(batch)),
+        None => match receiver.try_recv() {
+            Ok(value) => Some(Some(value)),
             Err(TryRecvError::Disconnected) => Some(None),
             Err(TryRecvError::Empty) => None,
         },
-        Some(timeout) => match batches.recv_timeout(timeout) {
-            Ok(batch) => Some(Some(batch)),
+        Some(timeout) => match receiver.recv_timeout(timeout) {
+            Ok(value) => Some(Some(value)),
             Err(RecvTimeoutError::Disconnected) => Some(None),
             Err(RecvTimeoutError::Timeout) => None,
         },
