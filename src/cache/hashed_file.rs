@@ -85,15 +85,7 @@ impl HashingWriter {
     /// come, that fsync finds most of them written. Only a hint: the fsync is what
     /// reports errors.
     fn start_writeback(&mut self) {
-        #[cfg(target_os = "linux")]
-        {
-            use std::os::fd::AsRawFd;
-            let (from, len) = (self.written_back as i64, (self.bytes - self.written_back) as i64);
-            // SAFETY: sync_file_range only reads its arguments; the descriptor is open.
-            unsafe {
-                libc::sync_file_range(self.temp.as_file().as_raw_fd(), from, len, libc::SYNC_FILE_RANGE_WRITE);
-            }
-        }
+        fsutil::start_writeback(self.temp.as_file(), self.written_back, self.bytes - self.written_back);
         self.written_back = self.bytes;
     }
 }

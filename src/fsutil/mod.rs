@@ -1,5 +1,5 @@
 //! Filesystem primitives every other module builds on: atomic writes, no-replace
-//! renames, exclusive creation, free-space queries.
+//! renames, exclusive creation, free-space queries, writeback hints.
 //!
 //! Everything here must behave on shared parallel filesystems (NFS, Lustre, GPFS)
 //! as well as on local disks, so it relies only on `open(O_EXCL)` and `rename`,
@@ -119,6 +119,25 @@ pub fn create_exclusive(path: &Path, bytes: &[u8]) -> io::Result<bool> {
 pub fn available_bytes(path: &Path) -> io::Result<u64> {
     let stat = rustix::fs::statvfs(path).map_err(io::Error::from)?;
     Ok(stat.f_bavail.saturating_mul(stat.f_frsize))
+}
+
+/// Starts the kernel's writeback of `len` bytes of `file` from `offset`, without
+/// waiting for it (`sync_file_range(SYNC_FILE_RANGE_WRITE)`; nothing elsewhere than
+/// Linux). Only a hint: it reports nothing, and `fsync` is still what makes the
+/// bytes durable and reports errors; where the filesystem has no page-cache
+/// writeback (FUSE without a writeback cache), it does nothing.
+pub fn start_writeback(file: &std::fs::File, offset: u64, len: u64) {
+    #[cfg(target_os = "linux")]
+    {
+        use std::os::fd::AsRawFd;
+        let (Ok(offset), Ok(len)) = (i64::try_from(offset), i64::try_from(len)) else { return };
+        // SAFETY: sync_file_range only reads its arguments; `file` keeps the descriptor open.
+        unsafe {
+            libc::sync_file_range(file.as_raw_fd(), offset, len, libc::SYNC_FILE_RANGE_WRITE);
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = (file, offset, len);
 }
 
 /// Replaces (or creates) the symlink `link` so it points at `target`, atomically:
