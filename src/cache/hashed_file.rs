@@ -91,8 +91,10 @@ impl HashingWriter {
 }
 
 impl Write for HashingWriter {
+    /// At most `fsutil::WRITE_PIECE_BYTES` at a time: a write larger than the
+    /// buffer above comes here whole.
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        let n = self.temp.write(buf)?;
+        let n = self.temp.write(&buf[..buf.len().min(fsutil::WRITE_PIECE_BYTES)])?;
         self.hasher.update(&buf[..n]);
         self.bytes += n as u64;
         if self.bytes - self.written_back >= WRITEBACK_CHUNK {
@@ -120,6 +122,13 @@ mod tests {
         let mut expected = Vec::new();
         for row in 0..20_000u32 {
             let bytes: Vec<u8> = (0..(row % 2000)).map(|i| (i ^ row) as u8).collect();
+            file.append(&bytes).unwrap();
+            expected.extend_from_slice(&bytes);
+        }
+        // Writes past the buffer, as an Arrow batch's body is, which reach the
+        // file in pieces of at most `WRITE_PIECE_BYTES`.
+        for len in [4 * fsutil::WRITE_PIECE_BYTES + 3, fsutil::WRITE_PIECE_BYTES + 1] {
+            let bytes: Vec<u8> = (0..len).map(|i| (i * 7 + len) as u8).collect();
             file.append(&bytes).unwrap();
             expected.extend_from_slice(&bytes);
         }
