@@ -13,7 +13,7 @@ use tracing_subscriber::EnvFilter;
 /// many small strings while reading a tokenizer, and buffers pass from the
 /// reading thread to the workers. On a 2-core machine, `prepare` over 108 MB ran
 /// 10-25% faster on one thread, and glibc's arenas per thread held up to 30 MiB
-/// more (README, "Performance").
+/// more (README, "Every core, even with one shard").
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
@@ -56,7 +56,7 @@ fn tune_allocator() {
     // 58,000 fresh pages given back at once and 40,000 at 0.1 s, with a third less
     // system time; what larger builds gain, and what the delay adds to their peaks
     // within the bound of 100 MiB + 64 MiB per worker, is in the README
-    // ("Performance"), with the bench-rss figures it is measured by.
+    // ("Every core, even with one shard"), with the bench-rss figures it is measured by.
     // SAFETY: no other thread exists yet (see above).
     unsafe { libmimalloc_sys::mi_option_set(MI_OPTION_PURGE_DELAY, PURGE_DELAY_MS) };
     // No transparent huge pages: a huge page is zeroed whole (2 MiB) at its first
