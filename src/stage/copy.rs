@@ -14,11 +14,14 @@ use std::sync::{Arc, Mutex};
 
 use super::landing::Landing;
 use crate::errors::{Failure, Fault, IoError};
+use crate::fsutil;
 use crate::fsutil::untrusted::Dir;
 
 /// Files above this size are split into chunks of this size.
 const CHUNK_BYTES: u64 = 64 << 20;
-const BUFFER_BYTES: usize = 1 << 20;
+/// The read/write loop's buffer, and so the most each of its writes hands the
+/// kernel: one piece (see `fsutil::WRITE_PIECE_BYTES`).
+const BUFFER_BYTES: usize = fsutil::WRITE_PIECE_BYTES;
 
 /// Where a copy reads from: a file below a directory opened without following
 /// symlinks (a cache entry others may write), opened only if regular.
