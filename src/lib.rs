@@ -48,6 +48,7 @@ pub mod fingerprint;
 pub mod fsutil;
 pub mod gc;
 pub mod hub;
+pub mod huge_pages;
 pub mod inputs;
 pub mod inspect;
 pub mod pack;

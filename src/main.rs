@@ -59,19 +59,20 @@ fn tune_allocator() {
     // ("Every core, even with one shard"), with the bench-rss figures it is measured by.
     // SAFETY: no other thread exists yet (see above).
     unsafe { libmimalloc_sys::mi_option_set(MI_OPTION_PURGE_DELAY, PURGE_DELAY_MS) };
-    // No transparent huge pages: a huge page is zeroed whole (2 MiB) at its first
-    // touch and split when part of it goes back, which happened over and over while
-    // freed memory went back at once. Measured then, without them, `prepare` on
+    // No transparent huge pages for mimalloc's memory: it is built with `no_thp`,
+    // so it never advises them, and this option tells the rest of mimalloc the
+    // same. A huge page is zeroed whole (2 MiB) at its first touch and split when
+    // part of it goes back, which happened over and over while freed memory went
+    // back at once. Measured then, without them, `prepare` on
     // 108 MB (GPT-2, Llama-3, Qwen2, GPT-4o; 1 and 2 threads) peaked 20-44 MiB
     // lower; its CPU time moved within this 2-core host's noise (medians from 10%
     // less to 11% more), though loading GPT-4o's tokenizer alone took a fifth more
     // CPU (more, smaller page faults).
     // SAFETY: as above.
     unsafe { libmimalloc_sys::mi_option_set(MI_OPTION_ALLOW_THP, 0) };
-    // mimalloc read that option as the process started, and may have asked for huge
-    // pages for the memory it took before `main`: the kernel is told for all of it.
-    // This fails only on kernels older than 3.15, which then keep huge pages.
-    let _ = rustix::thread::disable_transparent_huge_pages(true);
+    // The kernel is told too, for all memory but the encoder's large tables, which
+    // ask for huge pages (see `huge_pages`).
+    ferry::huge_pages::only_where_advised();
 }
 
 fn init_logging(verbose: u8, quiet: bool) {

@@ -13,6 +13,8 @@ use std::num::NonZeroU128;
 use rustc_hash::FxHashMap;
 use thread_local::ThreadLocal;
 
+use crate::huge_pages::{HugeMap, huge_map_with_capacity};
+
 use super::by_rank::{self, RankBuckets};
 use super::symbols::{Merge, NONE, Symbol, merge_with_next, surviving_ids};
 
@@ -99,7 +101,7 @@ impl Alphabet {
 
 pub struct BytePairMerger {
     alphabet: Alphabet,
-    merges: FxHashMap<(u32, u32), Merge>,
+    merges: HugeMap<(u32, u32), Merge>,
     /// With `ignore_merges`, a pre-token that is itself in the vocabulary is that token.
     whole_tokens: Option<WholeTokens>,
     /// Ranks in the merge list.
@@ -127,11 +129,11 @@ struct MergeState {
 
 #[derive(Default)]
 struct Generation {
-    inline: FxHashMap<u128, InlineIds>,
+    inline: HugeMap<u128, InlineIds>,
     /// Other pieces by a hash of their bytes, kept in `bytes` and `ids`: a cache
     /// can drop a piece whose hash another piece shares, so a hit compares the
     /// bytes and there are no allocations per piece to make and free.
-    stored: FxHashMap<u64, Stored>,
+    stored: HugeMap<u64, Stored>,
     bytes: Vec<u8>,
     ids: Vec<u32>,
 }
@@ -195,15 +197,13 @@ impl RecentPieces {
 /// so that finding it compares no bytes behind a pointer (a cache miss for a piece
 /// not seen before, as most looked up here are).
 pub struct WholeTokens {
-    short: FxHashMap<u128, u32>,
-    long: FxHashMap<Vec<u8>, u32>,
+    short: HugeMap<u128, u32>,
+    long: HugeMap<Vec<u8>, u32>,
 }
 
 impl WholeTokens {
     pub fn with_capacity(tokens: usize) -> WholeTokens {
-        let mut short = FxHashMap::default();
-        short.reserve(tokens);
-        WholeTokens { short, long: FxHashMap::default() }
+        WholeTokens { short: huge_map_with_capacity(tokens), long: HugeMap::default() }
     }
 
     /// Adds a token by its bytes; a token given again keeps the last id.
@@ -597,7 +597,7 @@ fn recent_hits(
 impl BytePairMerger {
     pub fn new(
         alphabet: Alphabet,
-        merges: FxHashMap<(u32, u32), Merge>,
+        merges: HugeMap<(u32, u32), Merge>,
         whole_tokens: Option<WholeTokens>,
     ) -> BytePairMerger {
         let ranks = merges.values().map(|merge| merge.rank as usize + 1).max().unwrap_or(0);

@@ -12,11 +12,13 @@
 
 use rustc_hash::FxHashMap;
 
+use crate::huge_pages::HugeMap;
+
 use super::symbols::{Merge, NONE, Symbol, merge_with_next};
 
 /// Whether every merge that uses a token ranks above every merge that gives it,
 /// which `merge` needs.
-pub fn rank_ordered(merges: &FxHashMap<(u32, u32), Merge>) -> bool {
+pub fn rank_ordered(merges: &HugeMap<(u32, u32), Merge>) -> bool {
     // Indexed by id where the ids are about as many as the tokens, as in a trained
     // vocabulary: a hash map of them was a tenth of building GPT-4o's encoder. Else
     // keyed by id, since a vocabulary's ids may be sparse and large.
@@ -76,7 +78,7 @@ impl RanksById for FxHashMap<u32, TokenRanks> {
 }
 
 /// Records each token's ranks in `ranks`, which has room for every id of `merges`.
-fn record_ranks(merges: &FxHashMap<(u32, u32), Merge>, ranks: &mut impl RanksById) {
+fn record_ranks(merges: &HugeMap<(u32, u32), Merge>, ranks: &mut impl RanksById) {
     for (&(left, right), merge) in merges {
         let made = &mut ranks.of(merge.id).last_made;
         *made = (*made).max(Some(merge.rank));
@@ -126,7 +128,7 @@ struct Pair {
 impl RankBuckets {
     /// Merges `symbols` (a linked list, as `BytePairMerger::first_symbols` builds
     /// it) with `merges`, which must be `rank_ordered`.
-    pub fn merge(&mut self, merges: &FxHashMap<(u32, u32), Merge>, ranks: usize, symbols: &mut [Symbol]) {
+    pub fn merge(&mut self, merges: &HugeMap<(u32, u32), Merge>, ranks: usize, symbols: &mut [Symbol]) {
         let waiting = &mut self.waiting;
         if waiting.heads.len() != ranks {
             waiting.heads = vec![NONE; ranks];
@@ -187,7 +189,7 @@ impl Waiting {
     }
 
     /// Queues the merge of the symbol at `at` with its right neighbour, if any.
-    fn push(&mut self, merges: &FxHashMap<(u32, u32), Merge>, symbols: &[Symbol], at: u32) {
+    fn push(&mut self, merges: &HugeMap<(u32, u32), Merge>, symbols: &[Symbol], at: u32) {
         let symbol = symbols[at as usize];
         let Some(right) = symbols.get(symbol.next as usize) else { return };
         let Some(merge) = merges.get(&(symbol.id, right.id)) else { return };
@@ -203,7 +205,7 @@ impl Waiting {
 mod tests {
     use super::*;
 
-    fn merges(list: &[((u32, u32), u32)]) -> FxHashMap<(u32, u32), Merge> {
+    fn merges(list: &[((u32, u32), u32)]) -> HugeMap<(u32, u32), Merge> {
         list.iter().enumerate().map(|(rank, &(pair, id))| (pair, Merge { rank: rank as u32, id })).collect()
     }
 

@@ -8,6 +8,8 @@
 //! `<0xXX>` tokens that no merge uses, and added tokens matched in the raw text.
 
 use rustc_hash::FxHashMap;
+
+use crate::huge_pages::{HugeMap, huge_map_with_capacity};
 use serde_json::Value;
 
 use super::added::AddedToken;
@@ -233,7 +235,7 @@ fn check_model(model: &Model) -> Result<(), String> {
 }
 
 /// Each merge's pair of ids and result; a pair listed twice keeps its last rank, as in `tokenizers`.
-fn merges(model: &Model, ids: &FxHashMap<Token, u32>) -> Result<FxHashMap<(u32, u32), Merge>, String> {
+fn merges(model: &Model, ids: &FxHashMap<Token, u32>) -> Result<HugeMap<(u32, u32), Merge>, String> {
     let list = merge_list(model)?;
     let id_of = |token: &str| ids.get(token).copied();
     // A trained merge list gives its tokens in the order of their ids, so a merge's
@@ -243,8 +245,7 @@ fn merges(model: &Model, ids: &FxHashMap<Token, u32>) -> Result<FxHashMap<(u32, 
     let is_next = |id: u32, left: &str, right: &str| {
         tokens.get(id as usize).copied().flatten().is_some_and(|token| joins(token, left, right))
     };
-    let mut merges = FxHashMap::default();
-    merges.reserve(list.len());
+    let mut merges = huge_map_with_capacity(list.len());
     let mut joined = String::new();
     let mut last_result = None;
     for (rank, merge) in list.iter().enumerate() {
