@@ -129,7 +129,7 @@ struct MergeState {
 
 #[derive(Default)]
 struct Generation {
-    inline: HugeMap<u128, InlineIds>,
+    inline: HugeMap<NonZeroU128, InlineIds>,
     /// Other pieces by a hash of their bytes, kept in `bytes` and `ids`: a cache
     /// can drop a piece whose hash another piece shares, so a hit compares the
     /// bytes and there are no allocations per piece to make and free.
@@ -171,25 +171,26 @@ impl Default for RecentPieces {
 }
 
 impl RecentPieces {
-    fn slot(key: u128) -> usize {
+    fn slot(key: NonZeroU128) -> usize {
+        let key = key.get();
         let mixed = ((key >> 64) as u64 ^ key as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
         (mixed >> (64 - RECENT_SLOTS.trailing_zeros())) as usize
     }
 
-    fn get(&self, key: u128) -> Option<&InlineIds> {
+    fn get(&self, key: NonZeroU128) -> Option<&InlineIds> {
         Self::find(&self.slots, key)
     }
 
     /// The ids of `key` in `slots`; a function of the table itself, so that a
     /// loop over many pieces keeps the table's address in a register (see
     /// `recent_hits`).
-    fn find(slots: &[RecentSlot; RECENT_SLOTS], key: u128) -> Option<&InlineIds> {
+    fn find(slots: &[RecentSlot; RECENT_SLOTS], key: NonZeroU128) -> Option<&InlineIds> {
         let slot = &slots[Self::slot(key)];
-        (slot.key == key).then_some(&slot.ids)
+        (slot.key == key.get()).then_some(&slot.ids)
     }
 
-    fn insert(&mut self, key: u128, ids: InlineIds) {
-        self.slots[Self::slot(key)] = RecentSlot { key, ids };
+    fn insert(&mut self, key: NonZeroU128, ids: InlineIds) {
+        self.slots[Self::slot(key)] = RecentSlot { key: key.get(), ids };
     }
 }
 
@@ -197,7 +198,7 @@ impl RecentPieces {
 /// so that finding it compares no bytes behind a pointer (a cache miss for a piece
 /// not seen before, as most looked up here are).
 pub struct WholeTokens {
-    short: HugeMap<u128, u32>,
+    short: HugeMap<NonZeroU128, u32>,
     long: HugeMap<Vec<u8>, u32>,
 }
 
@@ -209,7 +210,7 @@ impl WholeTokens {
     /// Adds a token by its bytes; a token given again keeps the last id.
     pub fn insert(&mut self, bytes: &[u8], id: u32) {
         match inline_key(bytes) {
-            Some(key) => self.short.insert(key.get(), id),
+            Some(key) => self.short.insert(key, id),
             None => self.long.insert(bytes.to_vec(), id),
         };
     }
@@ -217,7 +218,7 @@ impl WholeTokens {
     /// The token of `piece`, whose `inline_key` is `inline`.
     fn get(&self, piece: &[u8], inline: Option<NonZeroU128>) -> Option<u32> {
         match inline {
-            Some(key) => self.short.get(&key.get()).copied(),
+            Some(key) => self.short.get(&key).copied(),
             None => self.long.get(piece).copied(),
         }
     }
@@ -231,14 +232,14 @@ const SPILLED: InlineIds = InlineIds { len: u32::MAX, ids: [0; INLINE_IDS] };
 /// by a hash of its bytes (compared on a hit), hashed once for all its lookups.
 #[derive(Clone, Copy)]
 enum CacheKey {
-    Inline(u128),
+    Inline(NonZeroU128),
     Hashed(u64),
 }
 
 impl CacheKey {
     /// The key of `piece`, whose `inline_key` is `inline`.
     fn new(piece: &[u8], inline: Option<NonZeroU128>) -> CacheKey {
-        inline.map_or_else(|| CacheKey::Hashed(hash_of(piece)), |key| CacheKey::Inline(key.get()))
+        inline.map_or_else(|| CacheKey::Hashed(hash_of(piece)), CacheKey::Inline)
     }
 
     #[cfg(test)]
@@ -246,7 +247,7 @@ impl CacheKey {
         CacheKey::new(piece, inline_key(piece))
     }
 
-    fn inline(self) -> Option<u128> {
+    fn inline(self) -> Option<NonZeroU128> {
         match self {
             CacheKey::Inline(key) => Some(key),
             CacheKey::Hashed(_) => None,
@@ -477,7 +478,7 @@ impl Pieces<'_> {
     #[inline(always)]
     pub fn encode_in(&mut self, text: &[u8], start: usize, end: usize, out: &mut Vec<u32>) {
         let inline = inline_key_in(text, start, end);
-        match inline.and_then(|key| self.cache.recent.get(key.get())) {
+        match inline.and_then(|key| self.cache.recent.get(key)) {
             Some(ids) => ids.push_to(out),
             None => self.encode_uncommon(&text[start..end], inline, out),
         }
@@ -517,7 +518,7 @@ impl Pieces<'_> {
                 let id = merger.alphabet.single_byte(*byte);
                 out.push(id);
                 if let Some((key, ids)) = inline.zip(InlineIds::new(&[id])) {
-                    cache.recent.insert(key.get(), ids);
+                    cache.recent.insert(key, ids);
                 }
                 return;
             }
@@ -575,7 +576,7 @@ fn recent_hits(
         } else {
             inline_key_in(text, *start, end)
         };
-        let Some(ids) = key.and_then(|key| RecentPieces::find(slots, key.get())) else {
+        let Some(ids) = key.and_then(|key| RecentPieces::find(slots, key)) else {
             missed = Some(end);
             break;
         };

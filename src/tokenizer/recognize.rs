@@ -8,9 +8,9 @@
 //! `<0xXX>` tokens that no merge uses, and added tokens matched in the raw text.
 
 use rustc_hash::FxHashMap;
+use serde_json::Value;
 
 use crate::huge_pages::{HugeMap, huge_map_with_capacity};
-use serde_json::Value;
 
 use super::added::AddedToken;
 use super::bpe::{Alphabet, BytePairMerger, WholeTokens};
