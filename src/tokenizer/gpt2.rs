@@ -34,11 +34,12 @@ pub fn builtin_tokenizer_json() -> Result<&'static str, String> {
 }
 
 /// A tokenizer.json for GPT-2 style `vocab.json` + `merges.txt` files.
-pub fn tokenizer_json_from_files(vocab_path: &Path, merges_path: &Path) -> Result<String, String> {
-    let vocab_text = fs_err::read_to_string(vocab_path).map_err(|err| err.to_string())?;
-    let vocab: HashMap<String, u32> = serde_json::from_str(&vocab_text)
+pub fn tokenizer_json_from_texts(
+    (vocab_path, vocab_text): (&Path, &str),
+    (merges_path, merges_text): (&Path, &str),
+) -> Result<String, String> {
+    let vocab: HashMap<String, u32> = serde_json::from_str(vocab_text)
         .map_err(|err| format!("{} is not a JSON object of token -> id: {err}", vocab_path.display()))?;
-    let merges_text = fs_err::read_to_string(merges_path).map_err(|err| err.to_string())?;
     let mut merges = Vec::new();
     for (index, line) in merges_text.lines().enumerate() {
         if line.starts_with("#version") || line.trim().is_empty() {

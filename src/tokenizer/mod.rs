@@ -76,30 +76,90 @@ pub enum TokenizerError {
     UnknownBosEos { source_name: String },
 }
 
-/// The text of the tokenizer named by the spec, before parsing.
-fn tokenizer_text(spec: &Spec) -> Result<(String, String), TokenizerError> {
-    let tokenizer = &spec.tokenizer;
-    if let Some(name) = &tokenizer.builtin {
-        if name != "gpt2" {
-            return Err(TokenizerError::UnknownBuiltin(name.clone()));
+/// The tokenizer named by the spec as read, once: the bytes of its files name its
+/// memos (see `identity`) and become the text that is parsed, only where it must be.
+enum TokenizerBytes {
+    Builtin,
+    Json(PathBuf, Vec<u8>),
+    VocabMerges((PathBuf, Vec<u8>), (PathBuf, Vec<u8>)),
+}
+
+impl TokenizerBytes {
+    fn read(spec: &Spec) -> Result<TokenizerBytes, TokenizerError> {
+        if let Some(name) = &spec.tokenizer.builtin {
+            return match name.as_str() {
+                "gpt2" => Ok(TokenizerBytes::Builtin),
+                _ => Err(TokenizerError::UnknownBuiltin(name.clone())),
+            };
         }
-        let json = gpt2::builtin_tokenizer_json()
-            .map_err(|message| TokenizerError::Load { source_name: "builtin gpt2".into(), message })?;
-        return Ok(("builtin gpt2".into(), json.to_string()));
+        let read = |path: PathBuf, source_name: &dyn Fn() -> String| match fs_err::read(&path) {
+            Ok(bytes) => Ok((path, bytes)),
+            Err(err) => Err(TokenizerError::Load { source_name: source_name(), message: err.to_string() }),
+        };
+        Ok(match tokenizer_files(spec)? {
+            TokenizerFiles::VocabMerges(vocab, merges) => {
+                let source_name = || format!("{} + {}", vocab.display(), merges.display());
+                TokenizerBytes::VocabMerges(read(vocab.clone(), &source_name)?, read(merges.clone(), &source_name)?)
+            }
+            TokenizerFiles::Json(path) => {
+                let (path, bytes) = read(path.clone(), &|| path.display().to_string())?;
+                TokenizerBytes::Json(path, bytes)
+            }
+        })
     }
-    match tokenizer_files(spec)? {
-        TokenizerFiles::VocabMerges(vocab, merges) => {
-            let source_name = format!("{} + {}", vocab.display(), merges.display());
-            let json = gpt2::tokenizer_json_from_files(&vocab, &merges)
-                .map_err(|message| TokenizerError::Load { source_name: source_name.clone(), message })?;
-            Ok((source_name, json))
+
+    /// The memo's name for the bytes of the tokenizer's files; `None` for the builtin.
+    fn memo_key(&self) -> Option<String> {
+        let files: Vec<&[u8]> = match self {
+            TokenizerBytes::Builtin => return None,
+            TokenizerBytes::Json(_, bytes) => vec![bytes],
+            TokenizerBytes::VocabMerges((_, vocab), (_, merges)) => vec![vocab, merges],
+        };
+        let mut hasher = blake3::Hasher::new();
+        hasher.update(b"ferry-tokenizer-identity\0");
+        hasher.update(MEMO_VERSION.as_bytes());
+        for bytes in files {
+            hasher.update(&(bytes.len() as u64).to_le_bytes());
+            hasher.update(bytes);
         }
-        TokenizerFiles::Json(path) => {
-            let source_name = path.display().to_string();
-            let json = fs_err::read_to_string(&path)
-                .map_err(|err| TokenizerError::Load { source_name: source_name.clone(), message: err.to_string() })?;
-            Ok((source_name, json))
+        Some(format!("tokenizer-{}", &hasher.finalize().to_hex()[..32]))
+    }
+
+    /// The name of the tokenizer for messages, and its `tokenizer.json` text.
+    fn into_text(self) -> Result<(String, String), TokenizerError> {
+        match self {
+            TokenizerBytes::Builtin => {
+                let source_name = "builtin gpt2".to_string();
+                let json = gpt2::builtin_tokenizer_json()
+                    .map_err(|message| TokenizerError::Load { source_name: source_name.clone(), message })?;
+                Ok((source_name, json.to_string()))
+            }
+            TokenizerBytes::VocabMerges((vocab_path, vocab), (merges_path, merges)) => {
+                let source_name = format!("{} + {}", vocab_path.display(), merges_path.display());
+                let load_error = |message| TokenizerError::Load { source_name: source_name.clone(), message };
+                let text = |path: &Path, bytes| utf8_text(path, bytes).map_err(load_error);
+                let (vocab, merges) = (text(&vocab_path, vocab)?, text(&merges_path, merges)?);
+                let json = gpt2::tokenizer_json_from_texts((&vocab_path, &vocab), (&merges_path, &merges))
+                    .map_err(load_error)?;
+                Ok((source_name, json))
+            }
+            TokenizerBytes::Json(path, bytes) => {
+                let source_name = path.display().to_string();
+                let json = utf8_text(&path, bytes)
+                    .map_err(|message| TokenizerError::Load { source_name: source_name.clone(), message })?;
+                Ok((source_name, json))
+            }
         }
+    }
+}
+
+/// A file's bytes as text. Checked with SIMD: `String::from_utf8` took 4 ms of a
+/// build's start for GPT-4o's 7.5 MB, before anything could be parsed.
+fn utf8_text(path: &Path, bytes: Vec<u8>) -> Result<String, String> {
+    match simdutf8::basic::from_utf8(&bytes) {
+        // SAFETY: just checked to be UTF-8.
+        Ok(_) => Ok(unsafe { String::from_utf8_unchecked(bytes) }),
+        Err(_) => Err(format!("{} is not UTF-8 text", path.display())),
     }
 }
 
@@ -203,7 +263,11 @@ pub struct Parsed {
 
 impl Parsed {
     pub fn read(spec: &Spec) -> Result<Parsed, TokenizerError> {
-        let (source_name, json) = tokenizer_text(spec)?;
+        Parsed::from_bytes(spec, TokenizerBytes::read(spec)?)
+    }
+
+    fn from_bytes(spec: &Spec, bytes: TokenizerBytes) -> Result<Parsed, TokenizerError> {
+        let (source_name, json) = bytes.into_text()?;
         let load_error = |err: tokenizers::Error| TokenizerError::Load {
             source_name: source_name.clone(),
             message: err.to_string(),
@@ -274,13 +338,16 @@ pub fn identity(spec: &Spec, memo_dir: &Path, parsed: &mut Option<Parsed>) -> Re
         // The embedded vocabulary only changes with ferry's FORMAT_VERSION.
         return Ok(blake3::hash(b"ferry builtin tokenizer gpt2 (tiktoken r50k_base)"));
     }
-    let mut canonical_hash = || {
-        let tokenizer = Parsed::read(spec)?;
+    // Read once: for the memo's name, and for the parse where the memo has no answer.
+    let bytes = TokenizerBytes::read(spec)?;
+    let key = bytes.memo_key();
+    let canonical_hash = || {
+        let tokenizer = Parsed::from_bytes(spec, bytes)?;
         let hash = blake3::hash(tokenizer.canonical.as_bytes());
         *parsed = Some(tokenizer);
         Ok(hash)
     };
-    match identity_memo_key(spec) {
+    match key {
         Some(key) => memoized_hash(memo_dir, &key, canonical_hash),
         None => canonical_hash(),
     }
@@ -292,24 +359,6 @@ pub fn identity(spec: &Spec, memo_dir: &Path, parsed: &mut Option<Parsed>) -> Re
 /// ferry's reading of a tokenizer changes; a test keeps the `tokenizers` version
 /// the one in Cargo.lock.
 const MEMO_VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), "/tokenizers 0.23.2/reading 1");
-
-/// The memo's name for the bytes of the tokenizer's files (`None` when one cannot
-/// be read: loading it will say why).
-fn identity_memo_key(spec: &Spec) -> Option<String> {
-    let files = match tokenizer_files(spec).ok()? {
-        TokenizerFiles::VocabMerges(vocab, merges) => vec![vocab, merges],
-        TokenizerFiles::Json(path) => vec![path],
-    };
-    let mut hasher = blake3::Hasher::new();
-    hasher.update(b"ferry-tokenizer-identity\0");
-    hasher.update(MEMO_VERSION.as_bytes());
-    for file in files {
-        let bytes = std::fs::read(file).ok()?;
-        hasher.update(&(bytes.len() as u64).to_le_bytes());
-        hasher.update(&bytes);
-    }
-    Some(format!("tokenizer-{}", &hasher.finalize().to_hex()[..32]))
-}
 
 /// The memo's name for a confirmation that `tokenizers` writes the canonical form
 /// assembled from `json`, the text parsed (see `written`).
@@ -718,7 +767,8 @@ mod tests {
         assert_eq!(std::fs::read_dir(&memo_dir).unwrap().count(), 2, "one memo per distinct file");
 
         // A memo that says otherwise is believed: the second call parsed nothing.
-        let memo = memo_dir.join(identity_memo_key(&spec_for(compact, "compact.json")).unwrap());
+        let key = TokenizerBytes::read(&spec_for(compact, "compact.json")).unwrap().memo_key();
+        let memo = memo_dir.join(key.unwrap());
         let planted = blake3::hash(b"planted");
         std::fs::write(&memo, planted.to_hex().as_bytes()).unwrap();
         assert_eq!(identity(&spec_for(compact, "compact.json"), &memo_dir, &mut None).unwrap(), planted);
