@@ -83,7 +83,7 @@ impl Serialized<'_> {
     pub fn take_large(&mut self) -> Large {
         let mut largest_id = None;
         let vocab = self.model.vocab.take().map(|vocab| {
-            let by_id = tokens_by_id(&vocab);
+            let by_id = vocab_in_id_order(&vocab);
             largest_id = by_id.last().map(|&(id, _)| id);
             let mut text = JsonText::with_capacity(by_id.iter().map(|(_, token)| token.len() + 10).sum());
             text.list(b'{', b'}', &by_id, |text, &(id, token)| {
@@ -185,7 +185,7 @@ impl Serialized<'_> {
 /// ids are dense and each is one token's (as in every trained vocabulary), they
 /// are placed by id rather than sorted: sorting GPT-4o's 200k tokens took a
 /// fifth of the time to write its vocabulary's text.
-fn tokens_by_id<'v>(vocab: &'v FxHashMap<Token, u32>) -> Vec<(u32, &'v str)> {
+fn vocab_in_id_order<'v>(vocab: &'v FxHashMap<Token, u32>) -> Vec<(u32, &'v str)> {
     let largest = vocab.values().copied().max().unwrap_or(0);
     if super::by_rank::ids_fit_a_table(largest, vocab.len()) {
         let mut placed: Vec<Option<&str>> = vec![None; largest as usize + 1];
