@@ -14,11 +14,10 @@ use crate::huge_pages::{HugeMap, huge_map_with_capacity};
 
 use super::added::AddedToken;
 use super::bpe::{Alphabet, BytePairMerger, WholeTokens};
-use super::by_rank::ids_fit_a_table;
 use super::bytelevel::{byte_to_char, decode_token_into};
 use super::patterns::BYTE_LEVEL_PATTERN;
 use super::pretokenize::{Behavior, SplitStep};
-use super::serialized::{MergeTokens, Model, Token};
+use super::serialized::{MergeTokens, Model, Token, tokens_by_id};
 use super::split_regex::SplitRegex;
 use super::symbols::Merge;
 
@@ -241,7 +240,7 @@ fn merges(model: &Model, ids: &FxHashMap<Token, u32>) -> Result<HugeMap<(u32, u3
     // A trained merge list gives its tokens in the order of their ids, so a merge's
     // result is most often the token after the last merge's: comparing it with the
     // pair takes one of the three lookups of each merge, a third of the time here.
-    let tokens = tokens_by_id(ids);
+    let tokens = tokens_by_id(ids).map(|table| table.tokens).unwrap_or_default();
     let is_next = |id: u32, left: &str, right: &str| {
         tokens.get(id as usize).copied().flatten().is_some_and(|token| joins(token, left, right))
     };
@@ -269,20 +268,6 @@ fn merges(model: &Model, ids: &FxHashMap<Token, u32>) -> Result<HugeMap<(u32, u3
 /// Whether `token` is `left` followed by `right`, compared in place.
 fn joins(token: &str, left: &str, right: &str) -> bool {
     token.len() == left.len() + right.len() && token.starts_with(left) && token.ends_with(right)
-}
-
-/// The vocabulary's token of each id, where its ids are about as many as its
-/// tokens (as in every trained vocabulary, see `ids_fit_a_table`); else none.
-fn tokens_by_id<'v>(ids: &'v FxHashMap<Token, u32>) -> Vec<Option<&'v str>> {
-    let largest = ids.values().copied().max().unwrap_or(0);
-    if !ids_fit_a_table(largest, ids.len()) {
-        return Vec::new();
-    }
-    let mut tokens = vec![None; largest as usize + 1];
-    for (token, &id) in ids {
-        tokens[id as usize] = Some(&**token);
-    }
-    tokens
 }
 
 fn merge_list<'m>(model: &'m Model) -> Result<&'m [MergeTokens<'m>], String> {
