@@ -16,6 +16,7 @@ use thread_local::ThreadLocal;
 use crate::huge_pages::{HugeMap, huge_map_with_capacity};
 
 use super::by_rank::{self, RankBuckets};
+use super::short_pieces::ShortPieces;
 use super::symbols::{Merge, NONE, Symbol, merge_with_next, surviving_ids};
 
 /// Pre-tokens longer than this are encoded without the cache: they are rare, and
@@ -129,7 +130,7 @@ struct MergeState {
 
 #[derive(Default)]
 struct Generation {
-    inline: HugeMap<NonZeroU128, InlineIds>,
+    inline: ShortPieces<InlineIds>,
     /// Other pieces by a hash of their bytes, kept in `bytes` and `ids`: a cache
     /// can drop a piece whose hash another piece shares, so a hit compares the
     /// bytes and there are no allocations per piece to make and free.
@@ -369,7 +370,7 @@ const KEY_MASKS: [u128; INLINE_PIECE_MAX + 1] = {
 impl Generation {
     fn get(&self, piece: &[u8], key: CacheKey) -> Option<&[u32]> {
         let hash = match key {
-            CacheKey::Inline(key) => match self.inline.get(&key)? {
+            CacheKey::Inline(key) => match self.inline.get(key)? {
                 inline if inline.len != SPILLED.len => return Some(inline.ids()),
                 _ => hash_of(piece),
             },

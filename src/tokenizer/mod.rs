@@ -34,6 +34,7 @@ mod ranks;
 mod recognize;
 mod scanner;
 mod serialized;
+mod short_pieces;
 mod split_regex;
 mod symbols;
 mod written;
