@@ -45,19 +45,8 @@ impl<V: Copy + Default> ShortPieces<V> {
         if self.slots.is_empty() {
             return None;
         }
-        let mask = self.slots.len() - 1;
-        let mut at = home(key, self.slots.len());
-        loop {
-            // `at` is masked, and `slots` has `mask + 1` of them.
-            let slot = &self.slots[at & mask];
-            if slot.key == key.get() {
-                return Some(&slot.value);
-            }
-            if slot.key == 0 {
-                return None;
-            }
-            at = (at + 1) & mask;
-        }
+        let slot = &self.slots[self.probe(key)];
+        (slot.key == key.get()).then_some(&slot.value)
     }
 
     /// Sets the value of `key`, replacing the one it had.
@@ -65,21 +54,22 @@ impl<V: Copy + Default> ShortPieces<V> {
         if (self.len + 1) * 4 > self.slots.len() * 3 {
             self.grow();
         }
+        let at = self.probe(key);
+        let slot = &mut self.slots[at];
+        self.len += usize::from(slot.key == 0);
+        *slot = Slot { key: key.get(), value };
+    }
+
+    /// The slot that holds `key`, or else the empty one where it would go; the
+    /// table has slots, and one of them is empty.
+    #[inline]
+    fn probe(&self, key: NonZeroU128) -> usize {
         let mask = self.slots.len() - 1;
         let mut at = home(key, self.slots.len());
-        loop {
-            let slot = &mut self.slots[at & mask];
-            if slot.key == key.get() {
-                slot.value = value;
-                return;
-            }
-            if slot.key == 0 {
-                *slot = Slot { key: key.get(), value };
-                self.len += 1;
-                return;
-            }
+        while self.slots[at].key != key.get() && self.slots[at].key != 0 {
             at = (at + 1) & mask;
         }
+        at
     }
 
     /// Empties the table, keeping its memory.
@@ -95,7 +85,7 @@ impl<V: Copy + Default> ShortPieces<V> {
         slots.resize(count, Slot::default());
         let old = std::mem::replace(&mut self.slots, slots);
         self.len = 0;
-        for slot in old.iter().filter(|slot| slot.key != 0) {
+        for slot in old.iter() {
             if let Some(key) = NonZeroU128::new(slot.key) {
                 self.insert(key, slot.value);
             }
