@@ -8,11 +8,12 @@
 # here. For each it also counts the documents whose ids differ from Python
 # `tokenizers` (ferry's entry and gigatoken's output), and prints ferry's raw fast
 # core against gigatoken on one thread from memory, each with its cache cold (a new
-# encoder each pass) and warm (one encoder, passes after the first). Each tool's
-# CPU time (user + system, every thread), its system part, the pages first touched
-# (minor faults) and peak resident memory are printed too. After each round's
-# gigatoken run, ferry builds the same entry again with its memos kept (a later
-# build of the same tokenizer and inputs), reported apart.
+# encoder each pass) and warm (one encoder, passes after the first), alternated
+# round by round as the builds are. Each tool's CPU time (user + system, every
+# thread), its system part, the pages first touched (minor faults) and peak
+# resident memory are printed too. After each round's gigatoken run, ferry builds
+# the same entry again with its memos kept (a later build of the same tokenizer
+# and inputs), reported apart.
 #
 # BENCH_ROUNDS (default 2) alternates the runs and keeps the best of each; the
 # report also sets each round's ferry run against the gigatoken run right after it
@@ -142,14 +143,16 @@ for family in gpt2 llama3 o200k qwen2; do
     "$py" -c "import json,sys; r=json.load(sys.stdin); r.update(tool='long_word', family='$family'); print(json.dumps(r))" >> "$results"
 done
 
-say "encoder cores, one thread, from memory: ferry's fast core (benches/encoders.rs --cores), then gigatoken"
+say "encoder cores, one thread, from memory: ferry's fast core (benches/encoders.rs --cores), then gigatoken, alternated for $rounds round(s)"
 head -c 50000000 "$plain/text.txt" > "$work/core-text.txt"
-"$bench_bin" --cores "$work/core-text.txt" > "$work/cores.jsonl" 2> "$work/cores.log" || say "the encoders bench failed; see $work/cores.log"
-while read -r line; do
-  vocabulary=$(echo "$line" | "$py" -c "import json,sys; print(json.load(sys.stdin)['vocabulary'])")
-  case $vocabulary in gpt2) family=gpt2 ;; llama3_style_cl100k) family=llama3 ;; *) continue ;; esac
-  RAYON_NUM_THREADS=1 "$py" scripts/bench_peers.py gigatoken-core "$tokenizers/$family/tokenizer.json" "$work/core-text.txt" |
-    "$py" -c "import json,sys; g=json.load(sys.stdin); f=json.loads(sys.argv[1]); print(json.dumps({'tool': 'core', 'family': '$family', 'fast_tokens_per_second': f['fast_tokens_per_second'], 'fast_warm_tokens_per_second': f['fast_warm_tokens_per_second'], 'gigatoken_tokens_per_second': g['tokens_per_second'], 'gigatoken_warm_tokens_per_second': g['warm_tokens_per_second']}))" "$line" >> "$results"
-done < "$work/cores.jsonl"
+for round in $(seq 1 "$rounds"); do
+  "$bench_bin" --cores "$work/core-text.txt" > "$work/cores.jsonl" 2> "$work/cores.log" || say "the encoders bench failed; see $work/cores.log"
+  while read -r line; do
+    vocabulary=$(echo "$line" | "$py" -c "import json,sys; print(json.load(sys.stdin)['vocabulary'])")
+    case $vocabulary in gpt2) family=gpt2 ;; llama3_style_cl100k) family=llama3 ;; *) continue ;; esac
+    RAYON_NUM_THREADS=1 "$py" scripts/bench_peers.py gigatoken-core "$tokenizers/$family/tokenizer.json" "$work/core-text.txt" |
+      "$py" -c "import json,sys; g=json.load(sys.stdin); f=json.loads(sys.argv[1]); print(json.dumps({'tool': 'core', 'family': '$family', 'round': $round, 'fast_tokens_per_second': f['fast_tokens_per_second'], 'fast_warm_tokens_per_second': f['fast_warm_tokens_per_second'], 'gigatoken_tokens_per_second': g['tokens_per_second'], 'gigatoken_warm_tokens_per_second': g['warm_tokens_per_second']}))" "$line" >> "$results"
+  done < "$work/cores.jsonl"
+done
 
 "$py" scripts/bench_peers.py report "$results" "$cores"
