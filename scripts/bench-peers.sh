@@ -151,7 +151,7 @@ for round in $(seq 1 "$rounds"); do
     vocabulary=$(echo "$line" | "$py" -c "import json,sys; print(json.load(sys.stdin)['vocabulary'])")
     case $vocabulary in gpt2) family=gpt2 ;; llama3_style_cl100k) family=llama3 ;; *) continue ;; esac
     RAYON_NUM_THREADS=1 "$py" scripts/bench_peers.py gigatoken-core "$tokenizers/$family/tokenizer.json" "$work/core-text.txt" |
-      "$py" -c "import json,sys; g=json.load(sys.stdin); f=json.loads(sys.argv[1]); print(json.dumps({'tool': 'core', 'family': '$family', 'round': $round, 'fast_tokens_per_second': f['fast_tokens_per_second'], 'fast_warm_tokens_per_second': f['fast_warm_tokens_per_second'], 'gigatoken_tokens_per_second': g['tokens_per_second'], 'gigatoken_warm_tokens_per_second': g['warm_tokens_per_second']}))" "$line" >> "$results"
+      "$py" -c "import json,sys; g=json.load(sys.stdin); f=json.loads(sys.argv[1]); print(json.dumps({'tool': 'core', 'family': '$family', 'fast_tokens_per_second': f['fast_tokens_per_second'], 'fast_warm_tokens_per_second': f['fast_warm_tokens_per_second'], 'gigatoken_tokens_per_second': g['tokens_per_second'], 'gigatoken_warm_tokens_per_second': g['warm_tokens_per_second']}))" "$line" >> "$results"
   done < "$work/cores.jsonl"
 done
 

@@ -241,7 +241,12 @@ def paired_ratios(runs, family, threads):
     def speeds(tool):
         return [r["tokens"] / r["seconds"] for r in runs_of(runs, tool, family, threads)]
 
-    ratios = sorted(f / g for f, g in zip(speeds("ferry"), speeds("gigatoken")))
+    return median_and_range([f / g for f, g in zip(speeds("ferry"), speeds("gigatoken"))])
+
+
+def median_and_range(ratios):
+    """Ratios of paired runs as their median and (least-most)."""
+    ratios = sorted(ratios)
     if not ratios:
         return "-"
     return f"{statistics.median(ratios):.2f}x ({ratios[0]:.2f}-{ratios[-1]:.2f})"
@@ -334,10 +339,9 @@ def report(results, cores):
         for cache, fast, giga in [("cold", "fast_tokens_per_second", "gigatoken_tokens_per_second"),
                                   ("warm", "fast_warm_tokens_per_second", "gigatoken_warm_tokens_per_second")]:
             best_fast, best_giga = max(r[fast] for r in rounds), max(r[giga] for r in rounds)
-            paired = sorted(r[fast] / r[giga] for r in rounds)
+            paired = median_and_range(r[fast] / r[giga] for r in rounds)
             print(f"{family:10s} one thread from memory, cache {cache}: ferry's fast core {best_fast / 1e6:.2f} M tokens/s, "
-                  f"gigatoken {best_giga / 1e6:.2f} M: {best_fast / best_giga:.2f}x (best of {len(rounds)}; paired "
-                  f"{statistics.median(paired):.2f}x, {paired[0]:.2f}-{paired[-1]:.2f})")
+                  f"gigatoken {best_giga / 1e6:.2f} M: {best_fast / best_giga:.2f}x (best of {len(rounds)}; paired {paired})")
 
 
 def main():
