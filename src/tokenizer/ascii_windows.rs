@@ -40,6 +40,14 @@
 //! - a run of others takes slashes among the line breaks after it, so a slash after
 //!   a line break is left to the general path too.
 //!
+//! DeepSeek-V3's three patterns (`patterns::DEEPSEEK_V3_PATTERNS`) split ASCII text
+//! as cl100k with groups of three digits does, but:
+//! - it has no contractions, so an apostrophe is an other character like any;
+//! - numbers are split off first, so the third pattern sees the text before one
+//!   end there: whitespace before a number is one match, its last byte included;
+//! - control characters (not whitespace) are neither others nor anything else it
+//!   names, and are left to the general path.
+//!
 //! For GPT-2 and cl100k, a contraction's apostrophe starts a match where a run of
 //! other characters would, and the match ends after its letters; a run of digits
 //! starts a match every `digits` digits for cl100k and o200k. Both are applied as
@@ -57,6 +65,8 @@ pub enum AsciiClass {
     Number,
     Whitespace,
     Other,
+    /// Matched by no alternative alone (DeepSeek-V3's controls): the general path decides.
+    Unmatched,
 }
 
 /// A byte's kind, an index into `KindBits`. For o200k, `LETTER` is a small letter.
@@ -114,6 +124,7 @@ enum Family {
     Gpt2,
     Cl100k { digits: usize },
     O200k,
+    DeepSeekV3,
 }
 
 pub struct AsciiWindows {
@@ -202,6 +213,11 @@ impl AsciiWindows {
         AsciiWindows::new(Family::O200k, ascii)
     }
 
+    /// The table for DeepSeek-V3's three patterns.
+    pub fn deepseek_v3(ascii: &[AsciiClass; 128]) -> AsciiWindows {
+        AsciiWindows::new(Family::DeepSeekV3, ascii)
+    }
+
     fn new(family: Family, ascii: &[AsciiClass; 128]) -> AsciiWindows {
         let mut kinds = [STOP; 256];
         for (byte, class) in ascii.iter().enumerate() {
@@ -210,6 +226,7 @@ impl AsciiWindows {
                 (AsciiClass::UpperLetter, _) => UPPER,
                 (AsciiClass::Number, _) => NUMBER,
                 (AsciiClass::Other, _) => OTHER,
+                (AsciiClass::Unmatched, _) => STOP,
                 (AsciiClass::Whitespace, _) if byte == usize::from(b' ') => SPACE,
                 (AsciiClass::Whitespace, Family::Gpt2) => BREAK,
                 (AsciiClass::Whitespace, _) if matches!(byte as u8, b'\r' | b'\n') => NEWLINE,
@@ -237,7 +254,11 @@ impl AsciiWindows {
     /// another kind than `\n`, or one capital another kind than `A`, the check on
     /// every byte sees it and the blocks are sorted by the table.
     fn kinds_apart(&self) -> KindsApart {
-        KindsApart { newline: self.kinds[usize::from(b'\n')], upper: self.kinds[usize::from(b'A')] }
+        KindsApart {
+            newline: self.kinds[usize::from(b'\n')],
+            upper: self.kinds[usize::from(b'A')],
+            control: self.kinds[0],
+        }
     }
 
     fn classify_scalar(&self, block: &[u8; BLOCK]) -> KindBits {
@@ -333,11 +354,11 @@ impl AsciiWindows {
         }
         let digits = match self.family {
             Family::Cl100k { digits } => digits,
-            Family::O200k => 3,
+            Family::O200k | Family::DeepSeekV3 => 3,
             Family::Gpt2 => usize::MAX,
         };
-        // o200k's contractions end words; the others' start matches.
-        let cuts = Cuts { contractions_start: self.family != Family::O200k, digits };
+        // o200k's contractions end words, GPT-2's and cl100k's start matches.
+        let cuts = Cuts { contractions_start: matches!(self.family, Family::Gpt2 | Family::Cl100k { .. }), digits };
         let mut start = at;
         // The blocks start after `at`. Before them, `at` itself, and before it as if
         // a letter: for cl100k, an other character after a letter starts a match too.
@@ -412,7 +433,7 @@ impl AsciiWindows {
                 let blanks = blank(&here) & (run(&back) | blank(&back) & run(&ahead));
                 (runs | blanks, 0, 0)
             }
-            Family::Cl100k { .. } | Family::O200k => {
+            Family::Cl100k { .. } | Family::O200k | Family::DeepSeekV3 => {
                 let other_taken = two_back(OTHER) | two_back(SPACE);
                 let mut letters = letter(&here) & !(letter(&back) | blank(&back)) & (!back(OTHER) | other_taken);
                 let numbers = here(NUMBER) & !back(NUMBER);
@@ -421,8 +442,13 @@ impl AsciiWindows {
                 let after_newline = blank(&here) & back(NEWLINE);
                 let decided_after_newline = ahead(END) | run(&ahead) | ahead(NEWLINE) & two_back(OTHER);
                 let no_start_after_newline = ahead(NEWLINE) & (run(&two_back) & !two_back(OTHER) | blank(&two_back));
+                // Whitespace before a number is all of one match for DeepSeek-V3.
+                let before_run = match self.family {
+                    Family::DeepSeekV3 => run(&ahead) & !ahead(NUMBER),
+                    _ => run(&ahead),
+                };
                 let blanks =
-                    blank(&here) & (run(&back) | blank(&back) & run(&ahead)) | after_newline & decided_after_newline;
+                    blank(&here) & (run(&back) | blank(&back) & before_run) | after_newline & decided_after_newline;
                 let look_around = after_newline & !decided_after_newline & !no_start_after_newline;
                 let mut unreadable = 0;
                 if self.family == Family::O200k {
@@ -471,6 +497,8 @@ impl AsciiWindows {
 struct KindsApart {
     newline: u8,
     upper: u8,
+    /// Control characters but whitespace.
+    control: u8,
 }
 
 /// The bits below `bits`' lowest set bit; all of them when none is set.
@@ -515,6 +543,8 @@ struct ClassMasks {
     space: u64,
     /// `\t\n\x0B\x0C\r`
     controls: u64,
+    /// The other controls: below the space, and DEL.
+    other_controls: u64,
     /// `\n\r`
     newlines: u64,
     non_ascii: u64,
@@ -534,7 +564,9 @@ impl ClassMasks {
         bits.add(apart.newline, self.newlines);
         bits.add(BREAK, self.controls & !self.newlines);
         bits.add(STOP, self.non_ascii);
-        bits.add(OTHER, !(self.upper | self.lower | self.number | self.space | self.controls | self.non_ascii));
+        bits.add(apart.control, self.other_controls);
+        let named = self.upper | self.lower | self.number | self.space | self.controls | self.other_controls;
+        bits.add(OTHER, !(named | self.non_ascii));
         bits
     }
 }
@@ -562,6 +594,7 @@ fn classify_with_sse2(block: &[u8; BLOCK]) -> ClassMasks {
         masks.number |= mask(in_range(b'0', 10));
         masks.space |= mask(equal(b' '));
         masks.controls |= mask(in_range(b'\t', 5));
+        masks.other_controls |= mask(_mm_or_si128(in_range(0, 32), equal(0x7f))) & !mask(in_range(b'\t', 5));
         masks.newlines |= mask(_mm_or_si128(equal(b'\n'), equal(b'\r')));
         masks.non_ascii |= mask(bytes);
         masks.slashes |= mask(equal(b'/'));
@@ -592,6 +625,7 @@ fn classify_with_avx2(block: &[u8; BLOCK]) -> ClassMasks {
         masks.number |= mask(in_range(b'0', 10));
         masks.space |= mask(equal(b' '));
         masks.controls |= mask(in_range(b'\t', 5));
+        masks.other_controls |= mask(_mm256_or_si256(in_range(0, 32), equal(0x7f))) & !mask(in_range(b'\t', 5));
         masks.newlines |= mask(_mm256_or_si256(equal(b'\n'), equal(b'\r')));
         masks.non_ascii |= mask(bytes);
         masks.slashes |= mask(equal(b'/'));
@@ -649,6 +683,15 @@ mod tests {
             _ => false,
         };
         if starts { 1 } else { 0 }
+    }
+
+    /// The same for DeepSeek-V3: cl100k's rules, but that whitespace before a number
+    /// is one match.
+    fn deepseek_v3_starts(before: u8, previous: u8, current: u8, next: u8) -> u8 {
+        if matches!(current, SPACE | BREAK) && matches!(previous, SPACE | BREAK) && next == NUMBER {
+            return 0;
+        }
+        cl100k_starts(before, previous, current, next)
     }
 
     /// Other characters that o200k treats apart, as kinds of their own here.
@@ -714,6 +757,17 @@ mod tests {
         })
     }
 
+    /// DeepSeek-V3's: controls (but whitespace) are matched by no alternative alone.
+    fn deepseek_v3_ascii() -> [AsciiClass; 128] {
+        let mut ascii = ascii();
+        for (byte, class) in ascii.iter_mut().enumerate() {
+            if (byte as u8).is_ascii_control() && *class == AsciiClass::Other {
+                *class = AsciiClass::Unmatched;
+            }
+        }
+        ascii
+    }
+
     fn cased_ascii() -> [AsciiClass; 128] {
         let mut ascii = ascii();
         for byte in b'A'..=b'z' {
@@ -759,6 +813,12 @@ mod tests {
             let window = (before, previous, current, next);
             assert_eq!(verdict_of(&cl100k, before, previous, current, next), expected, "cl100k {window:?}");
         });
+        let deepseek_v3 = AsciiWindows::deepseek_v3(&deepseek_v3_ascii());
+        for_every_window(&[LETTER, NUMBER, OTHER, SPACE, BREAK, NEWLINE, STOP], |before, previous, current, next| {
+            let expected = verdict(deepseek_v3_starts(before, previous, current, next), previous, current, next);
+            let window = (before, previous, current, next);
+            assert_eq!(verdict_of(&deepseek_v3, before, previous, current, next), expected, "DeepSeek-V3 {window:?}");
+        });
         let cased = [LETTER, UPPER, NUMBER, OTHER, SLASH, APOSTROPHE, SPACE, BREAK, NEWLINE, STOP];
         for_every_window(&cased, |before, previous, current, next| {
             let expected = verdict(o200k_starts(before, previous, current, next), previous, current, next);
@@ -769,9 +829,12 @@ mod tests {
 
     #[test]
     fn blocks_are_read_many_bytes_at_a_time_where_the_cpu_can() {
-        for windows in
-            [AsciiWindows::gpt2(&ascii()), AsciiWindows::cl100k(&ascii(), 1), AsciiWindows::o200k(&cased_ascii())]
-        {
+        for windows in [
+            AsciiWindows::gpt2(&ascii()),
+            AsciiWindows::cl100k(&ascii(), 1),
+            AsciiWindows::o200k(&cased_ascii()),
+            AsciiWindows::deepseek_v3(&deepseek_v3_ascii()),
+        ] {
             assert_eq!(windows.sort != Sort::Scalar, cfg!(target_arch = "x86_64"));
             #[cfg(target_arch = "x86_64")]
             if std::arch::is_x86_feature_detected!("avx2") {
@@ -787,7 +850,7 @@ mod tests {
                     state ^= state << 13;
                     state ^= state >> 7;
                     state ^= state << 17;
-                    b"aZ09 \t\n\r\x0b\x0c/'_-\x80\xff"[(state % 16) as usize]
+                    b"aZ09 \t\n\r\x0b\x0c/'_-\x80\xff\x00\x1f\x7f\x08"[(state % 20) as usize]
                 })
             }));
             for sort in [Sort::Avx2, Sort::Sse2] {
@@ -823,9 +886,12 @@ mod tests {
                 (0..len).map(|_| chars[(next() % if ascii_only { 15 } else { 16 }) as usize]).collect()
             })
             .collect();
-        for windows in
-            [AsciiWindows::gpt2(&ascii()), AsciiWindows::cl100k(&ascii(), 3), AsciiWindows::o200k(&cased_ascii())]
-        {
+        for windows in [
+            AsciiWindows::gpt2(&ascii()),
+            AsciiWindows::cl100k(&ascii(), 3),
+            AsciiWindows::o200k(&cased_ascii()),
+            AsciiWindows::deepseek_v3(&deepseek_v3_ascii()),
+        ] {
             for text in &texts {
                 let matches = |sort: Sort| {
                     let windows = AsciiWindows { sort, ..windows };

@@ -6,7 +6,9 @@
 //! - recognize its components exactly in `recognize` (anything not reproduced
 //!   exactly is an `Unsupported` reason, and the family keeps `tokenizers`);
 //! - a split pattern that deserves a scanner goes in `patterns` and `scanner`, with
-//!   its pattern added to the scanner's property tests against `fancy-regex`; where
+//!   its pattern added to the scanner's property tests against `fancy-regex` (a
+//!   sequence of `Split`s scanned as one, as DeepSeek-V3's, is recognized in
+//!   `recognize::scanned_splits` and tested against its patterns run in turn); where
 //!   a match's start depends only on a few bytes around it in ASCII text, its rules
 //!   as bit operations in `ascii_windows` find the starts of 64 bytes at once;
 //! - a new way of turning text into pieces is a `Split` of `fast::FastEncoder`, and

@@ -19,3 +19,22 @@ pub const O200K_PATTERN: &str = concat!(
     r"|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?",
     r"|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+",
 );
+
+/// DeepSeek-V3's pre-tokenizer: three `Split`s, each splitting the pieces of the one
+/// before: groups of up to three numbers, then runs of CJK ideographs and kana,
+/// then the rest by words, punctuation and whitespace. Spelled as its
+/// `tokenizer.json` spells them, with line breaks as the characters themselves.
+pub const DEEPSEEK_V3_PATTERNS: [&str; 3] = [
+    r"\p{N}{1,3}",
+    // `[一-龥぀-ゟ゠-ヿ]+`: CJK ideographs, hiragana and katakana.
+    "[\u{4e00}-\u{9fa5}\u{3040}-\u{309f}\u{30a0}-\u{30ff}]+",
+    concat!(
+        r##"[!"#$%&'()*+,\-./:;<=>?@\[\\\]^_`{|}~][A-Za-z]+"##,
+        "|[^\r\n",
+        r"\p{L}\p{P}\p{S}]?[\p{L}\p{M}]+| ?[\p{P}\p{S}]+[",
+        "\r\n",
+        r"]*|\s*[",
+        "\r\n",
+        r"]+|\s+(?!\S)|\s+",
+    ),
+];

@@ -17,6 +17,7 @@ use super::bpe::{Alphabet, BytePairMerger, WholeTokens};
 use super::bytelevel::{byte_to_char, decode_token_into};
 use super::patterns::BYTE_LEVEL_PATTERN;
 use super::pretokenize::{Behavior, SplitStep};
+use super::scanner::Scanner;
 use super::serialized::{MergeTokens, Model, Token, tokens_by_id};
 use super::split_regex::SplitRegex;
 use super::symbols::Merge;
@@ -50,12 +51,26 @@ pub fn split_steps(pre_tokenizer: &Value) -> Result<Vec<SplitStep>, String> {
     if byte_level["add_prefix_space"] != false {
         return Err("the ByteLevel pre-tokenizer adds a prefix space".into());
     }
-    let mut steps = splits.iter().map(|split| split_step(split)).collect::<Result<Vec<_>, _>>()?;
+    let mut steps = match scanned_splits(splits) {
+        Some(step) => vec![step],
+        None => splits.iter().map(|split| split_step(split)).collect::<Result<Vec<_>, _>>()?,
+    };
     if byte_level["use_regex"] != false {
         let regex = compile(BYTE_LEVEL_PATTERN)?;
         steps.push(SplitStep { regex, behavior: Behavior::Isolated, invert: false });
     }
     Ok(steps)
+}
+
+/// The `Split`s as one step, where a scanner gives the pieces of them all: each
+/// `Isolated` and not inverted, with patterns it recognizes (DeepSeek-V3's).
+fn scanned_splits(splits: &[&Value]) -> Option<SplitStep> {
+    let patterns = splits.iter().map(|split| {
+        let isolated = split["type"] == "Split" && split["behavior"] == "Isolated" && split["invert"] != true;
+        isolated.then(|| split["pattern"]["Regex"].as_str()).flatten()
+    });
+    let scanner = Scanner::for_split_sequence(&patterns.collect::<Option<Vec<&str>>>()?)?;
+    Some(SplitStep { regex: SplitRegex::Scanner(Box::new(scanner)), behavior: Behavior::Isolated, invert: false })
 }
 
 fn split_step(split: &Value) -> Result<SplitStep, String> {
@@ -289,7 +304,25 @@ fn whole_tokens(vocab: &FxHashMap<Token, u32>) -> WholeTokens {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::tokenizer::patterns::DEEPSEEK_V3_PATTERNS;
     use crate::tokenizer::serialized::Serialized;
+
+    fn sequence_of_splits(patterns: &[&str], behavior: &str) -> Value {
+        let splits = patterns.iter().map(|pattern| {
+            serde_json::json!({"type": "Split", "pattern": {"Regex": pattern}, "behavior": behavior, "invert": false})
+        });
+        let byte_level = serde_json::json!({"type": "ByteLevel", "add_prefix_space": false, "use_regex": false});
+        serde_json::json!({"type": "Sequence", "pretokenizers": splits.chain([byte_level]).collect::<Vec<_>>()})
+    }
+
+    #[test]
+    fn deepseek_v3s_splits_are_one_scanned_step_and_any_other_behavior_is_not() {
+        let steps = split_steps(&sequence_of_splits(&DEEPSEEK_V3_PATTERNS, "Isolated")).unwrap();
+        assert!(matches!(&steps[..], [SplitStep { regex: SplitRegex::Scanner(_), .. }]));
+        let steps = split_steps(&sequence_of_splits(&DEEPSEEK_V3_PATTERNS, "MergedWithPrevious")).unwrap();
+        assert_eq!(steps.len(), 3);
+        assert!(steps.iter().all(|step| !matches!(step.regex, SplitRegex::Scanner(_))));
+    }
 
     /// `merges` of a model with this vocabulary and merge list (JSON), as
     /// (left, right, rank, result) in rank order.

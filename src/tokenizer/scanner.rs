@@ -9,17 +9,26 @@
 //! engines, so a scanner and its pattern agree on every code point. The
 //! `property_tests` below pit each scanner against `fancy-regex` on generated text.
 //!
-//! GPT-2's and cl100k's scanners read ASCII text through a table first (see
-//! `ascii_windows`) and go character by character only where it cannot decide.
+//! The scanners read ASCII text through a table first (see `ascii_windows`) and go
+//! character by character only where it cannot decide.
 //!
 //! Every one of these patterns matches at every position (each character is a
 //! letter, a number, whitespace or something else, and each has an alternative),
 //! so the matches tile the text and the scanner only has to find where each ends.
+//!
+//! DeepSeek-V3 splits with three patterns in turn (`Split`s in a `Sequence`), each
+//! on every piece of the one before; its third leaves some characters unmatched
+//! (controls and format characters before no letter), which `Isolated` keeps as
+//! pieces. Its scanner gives all the pieces of the three at once, in one pass:
+//! their classes are made disjoint in the order the steps run (a number is the
+//! first step's, a CJK character the second's), and where a piece of an earlier
+//! step ends, the third sees the end of its text. Its property test pits it
+//! against the three patterns run in turn on `fancy-regex`.
 
 use regex_syntax::hir::{Class, HirKind};
 
 use super::ascii_windows::{AsciiClass, AsciiWindows, Stop};
-use super::patterns::{BYTE_LEVEL_PATTERN, LLAMA3_PATTERN, O200K_PATTERN, QWEN2_PATTERN};
+use super::patterns::{BYTE_LEVEL_PATTERN, DEEPSEEK_V3_PATTERNS, LLAMA3_PATTERN, O200K_PATTERN, QWEN2_PATTERN};
 use super::piece_sink::PieceSink;
 
 /// The contractions both families split off, in the patterns' order.
@@ -33,6 +42,8 @@ enum Family {
     Cl100k { digits: usize },
     /// GPT-4o's `O200K_PATTERN`: words by case, then as `Cl100k` with three digits.
     O200k,
+    /// DeepSeek-V3's three `Split`s in turn (`DEEPSEEK_V3_PATTERNS`), as one scan.
+    DeepSeekV3,
 }
 
 /// The classes a family's scanner tells characters apart by: GPT-2 and cl100k
@@ -52,12 +63,20 @@ enum CharClass {
     UncasedLetter,
     /// `\p{M}`
     Mark,
+    /// DeepSeek-V3's `[\p{P}\p{S}]` outside its CJK range.
+    Punct,
+    /// DeepSeek-V3's CJK ideographs and kana (its second `Split`), as its third
+    /// `Split` then tells them apart: letters and marks, punctuation and symbols,
+    /// and the others (unassigned).
+    CjkWord,
+    CjkPunct,
+    CjkOther,
 }
 
-const CLASSES: usize = 8;
+const CLASSES: usize = 12;
 
 /// A set of classes, one bit each.
-type ClassSet = u8;
+type ClassSet = u16;
 
 const fn set(classes: &[CharClass]) -> ClassSet {
     let mut bits = 0;
@@ -75,6 +94,10 @@ const UPPER_LIKE: ClassSet = set(&[CharClass::UpperLetter, CharClass::UncasedLet
 const LOWER_LIKE: ClassSet = set(&[CharClass::LowerLetter, CharClass::UncasedLetter, CharClass::Mark]);
 /// o200k's `[^\s\p{L}\p{N}]`.
 const NEITHER: ClassSet = set(&[CharClass::Other, CharClass::Mark]);
+/// DeepSeek-V3's `[\p{L}\p{M}]` outside its CJK range.
+const LETTER_OR_MARK: ClassSet = set(&[CharClass::Letter, CharClass::Mark]);
+/// Where DeepSeek-V3's first two `Split`s end a piece for its third.
+const NUMBER_OR_CJK: ClassSet = set(&[CharClass::Number, CharClass::CjkWord, CharClass::CjkPunct, CharClass::CjkOther]);
 
 /// The classes of GPT-2 and cl100k, by the patterns that define them.
 const WORD_CLASSES: &[(&str, CharClass)] =
@@ -88,6 +111,22 @@ const CASED_CLASSES: &[(&str, CharClass)] = &[
     (r"\p{N}", CharClass::Number),
     (r"\s", CharClass::Space),
 ];
+
+/// The classes of DeepSeek-V3, made disjoint in the order its `Split`s run: a
+/// number goes to the first whatever else it is, a CJK character to the second.
+fn deepseek_v3_classes() -> Vec<(String, CharClass)> {
+    let cjk = DEEPSEEK_V3_PATTERNS[1].trim_end_matches('+');
+    vec![
+        (r"\p{N}".to_string(), CharClass::Number),
+        (format!(r"[[{cjk}--\p{{N}}]&&[\p{{L}}\p{{M}}]]"), CharClass::CjkWord),
+        (format!(r"[[{cjk}--\p{{N}}]&&[\p{{P}}\p{{S}}]]"), CharClass::CjkPunct),
+        (format!(r"[{cjk}--[\p{{N}}\p{{L}}\p{{M}}\p{{P}}\p{{S}}]]"), CharClass::CjkOther),
+        (format!(r"[\p{{L}}--{cjk}]"), CharClass::Letter),
+        (format!(r"[\p{{M}}--{cjk}]"), CharClass::Mark),
+        (format!(r"[[\p{{P}}\p{{S}}]--{cjk}]"), CharClass::Punct),
+        (format!(r"[\s--{cjk}]"), CharClass::Space),
+    ]
+}
 
 pub struct Scanner {
     family: Family,
@@ -111,13 +150,39 @@ impl Scanner {
         };
         let folds = if family == Family::Gpt2 { Vec::new() } else { contraction_folds()? };
         let classes = CharClasses::new(if family == Family::O200k { CASED_CLASSES } else { WORD_CLASSES })?;
-        let ascii_windows = match (family, classes.ascii_classes()) {
+        Some(Scanner::with_classes(family, classes, folds))
+    }
+
+    /// The scanner for a pre-tokenizer's `Split`s (each `Isolated`, not inverted)
+    /// with these patterns, when they are a recognized sequence exactly: its
+    /// matches are then the pieces of all the steps (the parts no pattern matched
+    /// included), as one `Isolated` step would give them.
+    pub fn for_split_sequence(patterns: &[&str]) -> Option<Scanner> {
+        // A line break in a pattern means the same as its escape, and both spellings are found.
+        let escaped = |pattern: &str| pattern.replace('\r', r"\r").replace('\n', r"\n");
+        let same = |recognized: &[&str]| {
+            recognized.len() == patterns.len() && recognized.iter().zip(patterns).all(|(a, b)| escaped(a) == escaped(b))
+        };
+        if !same(&DEEPSEEK_V3_PATTERNS) {
+            return None;
+        }
+        let classes = deepseek_v3_classes();
+        let classes: Vec<(&str, CharClass)> =
+            classes.iter().map(|(pattern, class)| (pattern.as_str(), *class)).collect();
+        Some(Scanner::with_classes(Family::DeepSeekV3, CharClasses::new(&classes)?, Vec::new()))
+    }
+
+    fn with_classes(family: Family, classes: CharClasses, folds: Vec<(char, char)>) -> Scanner {
+        // DeepSeek-V3 names punctuation apart; what is left no alternative matches alone.
+        let other = if family == Family::DeepSeekV3 { AsciiClass::Unmatched } else { AsciiClass::Other };
+        let ascii_windows = match (family, classes.ascii_classes(other)) {
             (Family::Gpt2, Some(ascii)) => Some(AsciiWindows::gpt2(&ascii)),
             (Family::Cl100k { digits }, Some(ascii)) => Some(AsciiWindows::cl100k(&ascii, digits)),
             (Family::O200k, Some(ascii)) => Some(AsciiWindows::o200k(&ascii)),
+            (Family::DeepSeekV3, Some(ascii)) => Some(AsciiWindows::deepseek_v3(&ascii)),
             _ => None,
         };
-        Some(Scanner { family, classes, folds, ascii_windows })
+        Scanner { family, classes, folds, ascii_windows }
     }
 
     /// Calls `on_match` with each match's byte range in `text`, left to right.
@@ -142,6 +207,7 @@ impl Scanner {
                 Family::Gpt2 => self.gpt2_match(text, at),
                 Family::Cl100k { digits } => self.cl100k_match(text, at, digits),
                 Family::O200k => self.o200k_match(text, at),
+                Family::DeepSeekV3 => self.deepseek_v3_piece(text, at),
             };
             on_match.take(at, end);
             at = end;
@@ -238,6 +304,76 @@ impl Scanner {
             return line_breaks_or_slashes_end(text, self.classes.run_end_in(text, at, NEITHER));
         }
         self.line_breaks_or_whitespace_end(text, at)
+    }
+
+    /// The end of DeepSeek-V3's piece at `at`. Its third pattern splits each piece
+    /// of the first two on its own, so there a look-ahead sees the end of a run
+    /// of numbers or CJK characters as the end of the text.
+    fn deepseek_v3_piece(&self, text: &str, at: usize) -> usize {
+        let (c, class, len) = self.classes.at(text, at);
+        let word = set(&[CharClass::CjkWord]);
+        match class {
+            // The first `Split`, `\p{N}{1,3}`: the third matches nothing in a number.
+            CharClass::Number => return self.classes.run_end_at_most(text, at, CharClass::Number, 3),
+            // A run of the second, `[一-龥぀-ゟ゠-ヿ]+`, split by the third.
+            CharClass::CjkWord => return self.classes.run_end(text, at, CharClass::CjkWord),
+            CharClass::CjkPunct => return self.classes.run_end(text, at, CharClass::CjkPunct),
+            CharClass::CjkOther => return self.deepseek_v3_unmatched_end(text, at, CharClass::CjkOther, word),
+            _ => {}
+        }
+        let bytes = text.as_bytes();
+        // `[!"#$%&'()*+,\-./:;<=>?@\[\\\]^_`{|}~][A-Za-z]+`: all of ASCII's punctuation.
+        if c.is_ascii_punctuation() && bytes.get(at + 1).is_some_and(u8::is_ascii_alphabetic) {
+            return at + 1 + bytes[at + 1..].iter().take_while(|byte| byte.is_ascii_alphabetic()).count();
+        }
+        // `[^\r\n\p{L}\p{P}\p{S}]?[\p{L}\p{M}]+`, with the character before or without.
+        if in_set(LETTER_OR_MARK, class) {
+            return self.classes.run_end_in(text, at, LETTER_OR_MARK);
+        }
+        let next = self.classes.get(text, at + len).map(|(_, class, _)| class);
+        if next.is_some_and(|next| in_set(LETTER_OR_MARK, next)) && c != '\r' && c != '\n' && class != CharClass::Punct
+        {
+            return self.classes.run_end_in(text, at + len, LETTER_OR_MARK);
+        }
+        // ` ?[\p{P}\p{S}]+[\r\n]*`
+        if c == ' ' && next == Some(CharClass::Punct) {
+            return line_breaks_end(text, self.classes.run_end(text, at + 1, CharClass::Punct));
+        }
+        if class == CharClass::Punct {
+            return line_breaks_end(text, self.classes.run_end(text, at, CharClass::Punct));
+        }
+        // `\s*[\r\n]+|\s+(?!\S)|\s+`
+        if class == CharClass::Space {
+            let run_end = self.classes.run_end(text, at, CharClass::Space);
+            if let Some(last_break) = bytes[at..run_end].iter().rposition(|&b| b == b'\r' || b == b'\n') {
+                return at + last_break + 1;
+            }
+            let after = self.classes.get(text, run_end).map(|(_, class, _)| class);
+            if after.is_none_or(|after| in_set(NUMBER_OR_CJK, after)) {
+                return run_end;
+            }
+            return self.whitespace_end(text, at);
+        }
+        self.deepseek_v3_unmatched_end(text, at, CharClass::Other, LETTER_OR_MARK)
+    }
+
+    /// From a character of `class`, which only the letters of `word` after it make
+    /// a match of (as the one before them): that match, else the piece of what no
+    /// pattern matches, up to where a match starts.
+    fn deepseek_v3_unmatched_end(&self, text: &str, at: usize, class: CharClass, word: ClassSet) -> usize {
+        let starts_word = |at: usize| self.classes.get(text, at).is_some_and(|(_, next, _)| in_set(word, next));
+        let (_, _, len) = self.classes.at(text, at);
+        if starts_word(at + len) {
+            return self.classes.run_end_in(text, at + len, word);
+        }
+        let mut end = at + len;
+        while let Some((_, found, len)) = self.classes.get(text, end)
+            && found == class
+            && !starts_word(end + len)
+        {
+            end += len;
+        }
+        end
     }
 
     /// `[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+` at `at`, if it matches.
@@ -338,8 +474,9 @@ impl CharClasses {
         Some(CharClasses { ascii, ascii_in, ranges })
     }
 
-    /// The ASCII characters' classes for `AsciiWindows`, if all are among its four.
-    fn ascii_classes(&self) -> Option<[AsciiClass; 128]> {
+    /// The ASCII characters' classes for `AsciiWindows`, if all are among its own;
+    /// `Other` is `other` there.
+    fn ascii_classes(&self, other: AsciiClass) -> Option<[AsciiClass; 128]> {
         let mut classes = [AsciiClass::Other; 128];
         for (class, &ours) in classes.iter_mut().zip(&self.ascii) {
             *class = match ours {
@@ -348,7 +485,8 @@ impl CharClasses {
                 CharClass::LowerLetter => AsciiClass::LowerLetter,
                 CharClass::Number => AsciiClass::Number,
                 CharClass::Space => AsciiClass::Whitespace,
-                CharClass::Other => AsciiClass::Other,
+                CharClass::Other => other,
+                CharClass::Punct => AsciiClass::Other,
                 _ => return None,
             };
         }
@@ -512,6 +650,33 @@ mod tests {
     }
 
     #[test]
+    fn deepseek_v3_is_recognized_in_both_spellings_of_its_line_breaks() {
+        assert!(Scanner::for_split_sequence(&DEEPSEEK_V3_PATTERNS).is_some());
+        let escaped = DEEPSEEK_V3_PATTERNS.map(|pattern| pattern.replace('\r', r"\r").replace('\n', r"\n"));
+        assert_ne!(escaped[2], DEEPSEEK_V3_PATTERNS[2]);
+        assert!(Scanner::for_split_sequence(&escaped.each_ref().map(String::as_str)).is_some());
+        assert!(Scanner::for_split_sequence(&DEEPSEEK_V3_PATTERNS[1..]).is_none());
+        let [numbers, cjk, rest] = DEEPSEEK_V3_PATTERNS;
+        assert!(Scanner::for_split_sequence(&[cjk, numbers, rest]).is_none());
+        assert!(Scanner::for_split_sequence(&[numbers, cjk, &rest.replace("{|}~", "{|}")]).is_none());
+    }
+
+    #[test]
+    fn deepseek_v3_splits_numbers_then_cjk_then_the_rest() {
+        let deepseek = Scanner::for_split_sequence(&DEEPSEEK_V3_PATTERNS).unwrap();
+        let split = |text| pieces(&deepseek, text).join("|");
+        // As Python `tokenizers` 0.23 splits them with DeepSeek-V3's pre-tokenizer: the
+        // spaces before a number are one piece, those before a letter give it one.
+        assert_eq!(
+            split("abc1234567def 日本語のテキスト  x.foo (é\n\n  y\u{200b}\u{200b}z  7 \u{1}\u{2}"),
+            "abc|123|456|7|def| |日本語のテキスト| | x|.foo| (|é|\n\n| | y|\u{200b}|\u{200b}z|  |7| |\u{1}\u{2}"
+        );
+        // The third pattern splits CJK runs too: a symbol (゛), an unassigned code
+        // point (U+3040) and punctuation (・) in the range are not letters.
+        assert_eq!(split("゛一 一\u{3040} ア・イ"), "゛|一| |一|\u{3040}| |ア|・|イ");
+    }
+
+    #[test]
     fn o200k_splits_words_by_case_and_keeps_marks_and_contractions_on_them() {
         let o200k = Scanner::for_pattern(O200K_PATTERN).unwrap();
         assert_eq!(
@@ -537,6 +702,10 @@ mod property_tests {
         '\n', '\u{b}', '\u{c}', '\u{85}', '\u{a0}', '\u{2028}', '\u{3000}', '\u{1680}', '0', '7', '²', '½', 'Ⅻ', '٣',
         '߀', 'é', '\u{301}', '\u{200d}', 'a', 'Z', 'ß', 'İ', 'Ω', '日', 'ア', '😀', '🇫', '.', ',', '-', '(', '"', '…',
         '_', '$', '\u{0}', '\u{7f}', '\u{ad}', '\u{fe0f}', 'ǅ', 'ʰ', '/', 'A', 'b', 'Q', '\u{903}', '\u{20dd}',
+        // DeepSeek-V3's CJK range: its ends, punctuation, a symbol and marks inside
+        // it, and numbers and letters just outside.
+        '一', '龥', '\u{9fa6}', '\u{3040}', 'ゟ', '゠', 'ヿ', '・', 'ー', '\u{3099}', '゛', '〇', '々', '十',
+        '\u{200b}', '\u{1}', '`', '~', '|', '+', '€',
     ];
 
     fn text() -> impl Strategy<Value = String> {
@@ -563,10 +732,39 @@ mod property_tests {
             .collect()
     });
 
+    /// DeepSeek-V3's scanner and its `Split`s on `fancy-regex`, compiled once for all cases.
+    static DEEPSEEK_V3: std::sync::LazyLock<(Scanner, Vec<fancy_regex::Regex>)> = std::sync::LazyLock::new(|| {
+        let regexes = DEEPSEEK_V3_PATTERNS.iter().map(|pattern| fancy_regex::Regex::new(pattern).unwrap()).collect();
+        (Scanner::for_split_sequence(&DEEPSEEK_V3_PATTERNS).unwrap(), regexes)
+    });
+
+    /// `Split` with `Isolated` of each pattern in turn, as `tokenizers` runs them:
+    /// each splits every piece of the one before as its own string, keeping the
+    /// matches and the non-empty parts between them.
+    fn isolated_splits(regexes: &[fancy_regex::Regex], text: &str) -> Vec<(usize, usize)> {
+        let mut pieces = vec![(0, text.len())];
+        for regex in regexes {
+            let mut next = Vec::new();
+            for (start, end) in pieces {
+                let mut at = start;
+                for found in regex.find_iter(&text[start..end]) {
+                    let found = found.unwrap();
+                    next.extend([(at, start + found.start()), (start + found.start(), start + found.end())]);
+                    at = start + found.end();
+                }
+                next.push((at, end));
+            }
+            pieces = next.into_iter().filter(|(start, end)| start != end).collect();
+        }
+        pieces
+    }
+
     fn every_scanner_agrees_with_its_regex(text: &str) -> Result<(), TestCaseError> {
         for (scanner, regex) in PAIRS.iter() {
             prop_assert_eq!(scanner_matches(scanner, text), regex_matches(regex, text), "{}", regex.as_str());
         }
+        let (deepseek, regexes) = &*DEEPSEEK_V3;
+        prop_assert_eq!(scanner_matches(deepseek, text), isolated_splits(regexes, text), "DeepSeek-V3");
         Ok(())
     }
 
