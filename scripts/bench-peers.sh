@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # Benchmark (not a test): ferry prepare against gigatoken (PyPI), the fastest
 # exact tokenizer we know of, on the same >= 100 MB of real text as plain JSONL,
-# with the same tokenizers, on 1 thread and on all cores, in one run. Five
+# with the same tokenizers, on 1 thread and on all cores, in one run. Six
 # tokenizer structures: GPT-2; Llama-3 and GPT-4o (o200k), both on the real ranks
 # shipped in the tiktoken-rs crate; Qwen2 (its normalizer and split pattern on
-# cl100k's ranks); and a SentencePiece-style BPE with Llama-2's structure, trained
-# here. For each it also counts the documents whose ids differ from Python
+# cl100k's ranks); DeepSeek-V3 (its three Splits, on cl100k's ranks); and a
+# SentencePiece-style BPE with Llama-2's structure, trained here. For each it also counts the documents whose ids differ from Python
 # `tokenizers` (ferry's entry and gigatoken's output), and prints ferry's raw fast
 # core against gigatoken on one thread from memory, each with its cache cold (a new
 # encoder each pass) and warm (one encoder, passes after the first), alternated
@@ -25,7 +25,7 @@ root=$(pwd)
 work=${BENCH_DIR:-$root/target/bench-peers}
 target_mb=${BENCH_TEXT_MB:-100}
 rounds=${BENCH_ROUNDS:-2}
-families=${BENCH_FAMILIES:-gpt2 llama3 o200k qwen2 spbpe}
+families=${BENCH_FAMILIES:-gpt2 llama3 o200k qwen2 deepseek_v3 spbpe}
 cores=$(nproc)
 profile=${BENCH_PROFILE:-release}
 profile_dir=$([ "$profile" = dev ] && echo debug || echo "$profile")
@@ -81,6 +81,8 @@ if [ ! -s "$tokenizers/spbpe/tokenizer.json" ]; then
   say "writing the Qwen2-structured tokenizer and training the SentencePiece-style BPE"
   "$py" scripts/bench_peers.py tokenizers "$tokenizers" "${files[0]}" "$tokenizers/llama3/tokenizer.json"
 fi
+[ -s "$tokenizers/deepseek_v3/tokenizer.json" ] ||
+  "$py" scripts/bench_peers.py deepseek-v3 "$tokenizers" "$tokenizers/llama3/tokenizer.json"
 
 results="$work/results.jsonl"
 : > "$results"
@@ -138,7 +140,7 @@ TOML
 done
 
 say "fast core on one 2 MB word of random letters and 2 MB of blank lines (no quadratic merging or scanning)"
-for family in gpt2 llama3 o200k qwen2; do
+for family in gpt2 llama3 o200k qwen2 deepseek_v3; do
   "$bench_bin" --long-word "$tokenizers/$family/tokenizer.json" 2000000 |
     "$py" -c "import json,sys; r=json.load(sys.stdin); r.update(tool='long_word', family='$family'); print(json.dumps(r))" >> "$results"
 done

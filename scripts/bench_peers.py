@@ -6,6 +6,9 @@ runs, the exactness check and the report.
       pattern) on cl100k's ranks, and a SentencePiece-style BPE with Llama-2's
       structure (Prepend + Replace normalizer, byte fallback, fuse_unk) trained
       here on the corpus with Python `tokenizers`.
+  bench_peers.py deepseek-v3 DIR LLAMA3_JSON
+      writes DIR/deepseek_v3/tokenizer.json: DeepSeek-V3's pre-tokenizer (its three
+      Splits, as its tokenizer.json spells them, then ByteLevel) on cl100k's ranks.
   bench_peers.py gigatoken TOKENIZER_JSON FILE...
       gigatoken's encode_files on the files (threads from RAYON_NUM_THREADS), the
       result kept in memory; prints one JSON line.
@@ -342,12 +345,26 @@ def report(results, cores):
             paired = median_and_range(r[fast] / r[giga] for r in rounds)
             print(f"{family:10s} one thread from memory, cache {cache}: ferry's fast core {best_fast / 1e6:.2f} M tokens/s, "
                   f"gigatoken {best_giga / 1e6:.2f} M: {best_fast / best_giga:.2f}x (best of {len(rounds)}; paired {paired})")
+def write_deepseek_v3(out, llama3_json):
+    # Its three Splits as the tests spell them: as DeepSeek-V3's tokenizer.json does.
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "python"))
+    from byte_level_families import DEEPSEEK_V3
+
+    deepseek = json.load(open(llama3_json))
+    deepseek["normalizer"] = {"type": "Sequence", "normalizers": []}
+    splits = [{"type": "Split", "pattern": {"Regex": p}, "behavior": "Isolated", "invert": False} for p in DEEPSEEK_V3]
+    byte_level = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": False}
+    deepseek["pre_tokenizer"] = {"type": "Sequence", "pretokenizers": splits + [byte_level]}
+    os.makedirs(f"{out}/deepseek_v3", exist_ok=True)
+    json.dump(deepseek, open(f"{out}/deepseek_v3/tokenizer.json", "w"))
 
 
 def main():
     command, args = sys.argv[1], sys.argv[2:]
     if command == "tokenizers":
         write_tokenizers(*args)
+    elif command == "deepseek-v3":
+        write_deepseek_v3(*args)
     elif command == "gigatoken":
         run_gigatoken(args[0], args[1:])
     elif command == "timed":
