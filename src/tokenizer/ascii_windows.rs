@@ -593,8 +593,9 @@ fn classify_with_sse2(block: &[u8; BLOCK]) -> ClassMasks {
         masks.lower |= mask(in_range(b'a', 26));
         masks.number |= mask(in_range(b'0', 10));
         masks.space |= mask(equal(b' '));
-        masks.controls |= mask(in_range(b'\t', 5));
-        masks.other_controls |= mask(_mm_or_si128(in_range(0, 32), equal(0x7f))) & !mask(in_range(b'\t', 5));
+        let controls = mask(in_range(b'\t', 5));
+        masks.controls |= controls;
+        masks.other_controls |= mask(_mm_or_si128(in_range(0, 32), equal(0x7f))) & !controls;
         masks.newlines |= mask(_mm_or_si128(equal(b'\n'), equal(b'\r')));
         masks.non_ascii |= mask(bytes);
         masks.slashes |= mask(equal(b'/'));
@@ -624,8 +625,9 @@ fn classify_with_avx2(block: &[u8; BLOCK]) -> ClassMasks {
         masks.lower |= mask(in_range(b'a', 26));
         masks.number |= mask(in_range(b'0', 10));
         masks.space |= mask(equal(b' '));
-        masks.controls |= mask(in_range(b'\t', 5));
-        masks.other_controls |= mask(_mm256_or_si256(in_range(0, 32), equal(0x7f))) & !mask(in_range(b'\t', 5));
+        let controls = mask(in_range(b'\t', 5));
+        masks.controls |= controls;
+        masks.other_controls |= mask(_mm256_or_si256(in_range(0, 32), equal(0x7f))) & !controls;
         masks.newlines |= mask(_mm256_or_si256(equal(b'\n'), equal(b'\r')));
         masks.non_ascii |= mask(bytes);
         masks.slashes |= mask(equal(b'/'));

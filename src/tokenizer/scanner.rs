@@ -94,10 +94,14 @@ const UPPER_LIKE: ClassSet = set(&[CharClass::UpperLetter, CharClass::UncasedLet
 const LOWER_LIKE: ClassSet = set(&[CharClass::LowerLetter, CharClass::UncasedLetter, CharClass::Mark]);
 /// o200k's `[^\s\p{L}\p{N}]`.
 const NEITHER: ClassSet = set(&[CharClass::Other, CharClass::Mark]);
+/// No class: for a pattern that sees the whole text (see `Scanner::whitespace_end`).
+const NO_CLASS: ClassSet = 0;
 /// DeepSeek-V3's `[\p{L}\p{M}]` outside its CJK range.
 const LETTER_OR_MARK: ClassSet = set(&[CharClass::Letter, CharClass::Mark]);
 /// Where DeepSeek-V3's first two `Split`s end a piece for its third.
 const NUMBER_OR_CJK: ClassSet = set(&[CharClass::Number, CharClass::CjkWord, CharClass::CjkPunct, CharClass::CjkOther]);
+/// DeepSeek-V3's CJK letters and marks, its third pattern's words inside a CJK run.
+const CJK_WORD: ClassSet = set(&[CharClass::CjkWord]);
 
 /// The classes of GPT-2 and cl100k, by the patterns that define them.
 const WORD_CLASSES: &[(&str, CharClass)] =
@@ -166,10 +170,7 @@ impl Scanner {
         if !same(&DEEPSEEK_V3_PATTERNS) {
             return None;
         }
-        let classes = deepseek_v3_classes();
-        let classes: Vec<(&str, CharClass)> =
-            classes.iter().map(|(pattern, class)| (pattern.as_str(), *class)).collect();
-        Some(Scanner::with_classes(Family::DeepSeekV3, CharClasses::new(&classes)?, Vec::new()))
+        Some(Scanner::with_classes(Family::DeepSeekV3, CharClasses::new(&deepseek_v3_classes())?, Vec::new()))
     }
 
     fn with_classes(family: Family, classes: CharClasses, folds: Vec<(char, char)>) -> Scanner {
@@ -229,7 +230,7 @@ impl Scanner {
             return self.classes.run_end(text, at + 1, next);
         }
         match class {
-            CharClass::Space => self.whitespace_end(text, at),
+            CharClass::Space => self.whitespace_end(text, at, NO_CLASS),
             _ => self.classes.run_end(text, at + len, class),
         }
     }
@@ -260,17 +261,18 @@ impl Scanner {
         if class == CharClass::Other {
             return line_breaks_end(text, self.classes.run_end(text, at + len, CharClass::Other));
         }
-        self.line_breaks_or_whitespace_end(text, at)
+        self.line_breaks_or_whitespace_end(text, at, NO_CLASS)
     }
 
-    /// `\s*[\r\n]+|\s+(?!\S)|\s+` at whitespace.
-    fn line_breaks_or_whitespace_end(&self, text: &str, at: usize) -> usize {
+    /// `\s*[\r\n]+|\s+(?!\S)|\s+` at whitespace, where the text the pattern sees
+    /// ends at a character of `piece_ends` (see `whitespace_end`).
+    fn line_breaks_or_whitespace_end(&self, text: &str, at: usize, piece_ends: ClassSet) -> usize {
         // `\s*[\r\n]+`: backtracking from the run's end, the last line break ends it.
         let run_end = self.classes.run_end(text, at, CharClass::Space);
         if let Some(last_break) = text.as_bytes()[at..run_end].iter().rposition(|&b| b == b'\r' || b == b'\n') {
             return at + last_break + 1;
         }
-        self.whitespace_end(text, at)
+        self.whitespace_end(text, at, piece_ends)
     }
 
     fn o200k_match(&self, text: &str, at: usize) -> usize {
@@ -303,7 +305,7 @@ impl Scanner {
         if in_set(NEITHER, class) {
             return line_breaks_or_slashes_end(text, self.classes.run_end_in(text, at, NEITHER));
         }
-        self.line_breaks_or_whitespace_end(text, at)
+        self.line_breaks_or_whitespace_end(text, at, NO_CLASS)
     }
 
     /// The end of DeepSeek-V3's piece at `at`. Its third pattern splits each piece
@@ -311,14 +313,15 @@ impl Scanner {
     /// of numbers or CJK characters as the end of the text.
     fn deepseek_v3_piece(&self, text: &str, at: usize) -> usize {
         let (c, class, len) = self.classes.at(text, at);
-        let word = set(&[CharClass::CjkWord]);
         match class {
             // The first `Split`, `\p{N}{1,3}`: the third matches nothing in a number.
             CharClass::Number => return self.classes.run_end_at_most(text, at, CharClass::Number, 3),
             // A run of the second, `[一-龥぀-ゟ゠-ヿ]+`, split by the third.
             CharClass::CjkWord => return self.classes.run_end(text, at, CharClass::CjkWord),
             CharClass::CjkPunct => return self.classes.run_end(text, at, CharClass::CjkPunct),
-            CharClass::CjkOther => return self.deepseek_v3_unmatched_end(text, at, CharClass::CjkOther, word),
+            CharClass::CjkOther => {
+                return self.deepseek_v3_unmatched_end(text, at + len, CharClass::CjkOther, CJK_WORD);
+            }
             _ => {}
         }
         let bytes = text.as_bytes();
@@ -342,31 +345,22 @@ impl Scanner {
         if class == CharClass::Punct {
             return line_breaks_end(text, self.classes.run_end(text, at, CharClass::Punct));
         }
-        // `\s*[\r\n]+|\s+(?!\S)|\s+`
+        // `\s*[\r\n]+|\s+(?!\S)|\s+`, on text that ends at a number or CJK character.
         if class == CharClass::Space {
-            let run_end = self.classes.run_end(text, at, CharClass::Space);
-            if let Some(last_break) = bytes[at..run_end].iter().rposition(|&b| b == b'\r' || b == b'\n') {
-                return at + last_break + 1;
-            }
-            let after = self.classes.get(text, run_end).map(|(_, class, _)| class);
-            if after.is_none_or(|after| in_set(NUMBER_OR_CJK, after)) {
-                return run_end;
-            }
-            return self.whitespace_end(text, at);
+            return self.line_breaks_or_whitespace_end(text, at, NUMBER_OR_CJK);
         }
-        self.deepseek_v3_unmatched_end(text, at, CharClass::Other, LETTER_OR_MARK)
+        self.deepseek_v3_unmatched_end(text, at + len, CharClass::Other, LETTER_OR_MARK)
     }
 
-    /// From a character of `class`, which only the letters of `word` after it make
-    /// a match of (as the one before them): that match, else the piece of what no
-    /// pattern matches, up to where a match starts.
-    fn deepseek_v3_unmatched_end(&self, text: &str, at: usize, class: CharClass, word: ClassSet) -> usize {
+    /// After a character of `class` ending at `after`, which only the letters of
+    /// `word` after it make a match of (as the one before them): that match, else
+    /// the piece of what no pattern matches, up to where a match starts.
+    fn deepseek_v3_unmatched_end(&self, text: &str, after: usize, class: CharClass, word: ClassSet) -> usize {
         let starts_word = |at: usize| self.classes.get(text, at).is_some_and(|(_, next, _)| in_set(word, next));
-        let (_, _, len) = self.classes.at(text, at);
-        if starts_word(at + len) {
-            return self.classes.run_end_in(text, at + len, word);
+        if starts_word(after) {
+            return self.classes.run_end_in(text, after, word);
         }
-        let mut end = at + len;
+        let mut end = after;
         while let Some((_, found, len)) = self.classes.get(text, end)
             && found == class
             && !starts_word(end + len)
@@ -397,10 +391,15 @@ impl Scanner {
     }
 
     /// `\s+(?!\S)|\s+`: a whitespace run up to the end of the text, or all of it
-    /// but its last character when something follows (if that leaves any).
-    fn whitespace_end(&self, text: &str, at: usize) -> usize {
+    /// but its last character when something follows (if that leaves any). The
+    /// text ends before a character of `piece_ends` too: there an earlier `Split`
+    /// ended the piece the pattern sees (DeepSeek-V3's numbers and CJK).
+    fn whitespace_end(&self, text: &str, at: usize, piece_ends: ClassSet) -> usize {
         let end = self.classes.run_end(text, at, CharClass::Space);
-        if end == text.len() {
+        let piece_ends_here = || {
+            piece_ends != NO_CLASS && self.classes.get(text, end).is_some_and(|(_, class, _)| in_set(piece_ends, class))
+        };
+        if end == text.len() || piece_ends_here() {
             return end;
         }
         let last = text[at..end].chars().next_back().map_or(0, char::len_utf8);
@@ -451,10 +450,10 @@ struct CharClasses {
 
 impl CharClasses {
     /// The classes defined by one-class patterns, which must not overlap.
-    fn new(classes: &[(&str, CharClass)]) -> Option<CharClasses> {
+    fn new(classes: &[(impl AsRef<str>, CharClass)]) -> Option<CharClasses> {
         let mut ranges = Vec::new();
-        for &(pattern, class) in classes {
-            ranges.extend(unicode_ranges(pattern)?.into_iter().map(|(first, last)| (first, last, class)));
+        for (pattern, class) in classes {
+            ranges.extend(unicode_ranges(pattern.as_ref())?.into_iter().map(|(first, last)| (first, last, *class)));
         }
         ranges.sort_unstable_by_key(|&(first, _, _)| first);
         // The classes are disjoint by Unicode's definitions; should a table
