@@ -5,8 +5,9 @@
 # tokenizer structures: GPT-2; Llama-3 and GPT-4o (o200k), both on the real ranks
 # shipped in the tiktoken-rs crate; Qwen2 (its normalizer and split pattern on
 # cl100k's ranks); DeepSeek-V3 (its three Splits, on cl100k's ranks); and a
-# SentencePiece-style BPE with Llama-2's structure, trained here. For each it also counts the documents whose ids differ from Python
-# `tokenizers` (ferry's entry and gigatoken's output), and prints ferry's raw fast
+# SentencePiece-style BPE with Llama-2's structure, trained here. For each it also
+# counts the documents whose ids differ from Python `tokenizers` (ferry's entry
+# and gigatoken's output), and prints ferry's raw fast
 # core against gigatoken on one thread from memory, each with its cache cold (a new
 # encoder each pass) and warm (one encoder, passes after the first), alternated
 # round by round as the builds are. Each tool's CPU time (user + system, every

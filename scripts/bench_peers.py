@@ -345,6 +345,8 @@ def report(results, cores):
             paired = median_and_range(r[fast] / r[giga] for r in rounds)
             print(f"{family:10s} one thread from memory, cache {cache}: ferry's fast core {best_fast / 1e6:.2f} M tokens/s, "
                   f"gigatoken {best_giga / 1e6:.2f} M: {best_fast / best_giga:.2f}x (best of {len(rounds)}; paired {paired})")
+
+
 def write_deepseek_v3(out, llama3_json):
     # Its three Splits as the tests spell them: as DeepSeek-V3's tokenizer.json does.
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "python"))
