@@ -34,9 +34,21 @@ import sys
 import time
 
 DOCUMENT_BYTES = 16 * 1024
-QWEN2_PATTERN = (
-    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
-)
+
+
+def test_families():
+    """The split patterns as the tests spell them (tests/python/byte_level_families.py),
+    so that the bench measures the same ones; imported when a tokenizer is written,
+    since that module needs Python `tokenizers`."""
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "python"))
+    import byte_level_families
+
+    return byte_level_families
+
+
+def write_tokenizer_json(out, family, tokenizer):
+    os.makedirs(f"{out}/{family}", exist_ok=True)
+    json.dump(tokenizer, open(f"{out}/{family}/tokenizer.json", "w"))
 
 
 def texts(files):
@@ -49,9 +61,8 @@ def texts(files):
 def write_tokenizers(out, corpus, llama3_json):
     qwen2 = json.load(open(llama3_json))
     qwen2["normalizer"] = {"type": "NFC"}
-    qwen2["pre_tokenizer"]["pretokenizers"][0]["pattern"] = {"Regex": QWEN2_PATTERN}
-    os.makedirs(f"{out}/qwen2", exist_ok=True)
-    json.dump(qwen2, open(f"{out}/qwen2/tokenizer.json", "w"))
+    qwen2["pre_tokenizer"]["pretokenizers"][0]["pattern"] = {"Regex": test_families().QWEN2}
+    write_tokenizer_json(out, "qwen2", qwen2)
 
     from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 
@@ -76,8 +87,7 @@ def write_tokenizers(out, corpus, llama3_json):
     spbpe = json.loads(tokenizer.to_str())
     # As in Llama-2, the byte tokens are ordinary vocabulary, not added tokens.
     spbpe["added_tokens"] = [t for t in spbpe["added_tokens"] if t["content"] in specials]
-    os.makedirs(f"{out}/spbpe", exist_ok=True)
-    json.dump(spbpe, open(f"{out}/spbpe/tokenizer.json", "w"))
+    write_tokenizer_json(out, "spbpe", spbpe)
 
 
 def run_gigatoken(tokenizer_json, files):
@@ -349,16 +359,13 @@ def report(results, cores):
 
 def write_deepseek_v3(out, llama3_json):
     # Its three Splits as the tests spell them: as DeepSeek-V3's tokenizer.json does.
-    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "python"))
-    from byte_level_families import DEEPSEEK_V3
-
     deepseek = json.load(open(llama3_json))
     deepseek["normalizer"] = {"type": "Sequence", "normalizers": []}
-    splits = [{"type": "Split", "pattern": {"Regex": p}, "behavior": "Isolated", "invert": False} for p in DEEPSEEK_V3]
+    splits = [{"type": "Split", "pattern": {"Regex": pattern}, "behavior": "Isolated", "invert": False}
+              for pattern in test_families().DEEPSEEK_V3]
     byte_level = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": False}
     deepseek["pre_tokenizer"] = {"type": "Sequence", "pretokenizers": splits + [byte_level]}
-    os.makedirs(f"{out}/deepseek_v3", exist_ok=True)
-    json.dump(deepseek, open(f"{out}/deepseek_v3/tokenizer.json", "w"))
+    write_tokenizer_json(out, "deepseek_v3", deepseek)
 
 
 def main():
