@@ -31,7 +31,9 @@ def label(path):
 
 
 def documents(root):
-    for directory, _, files in os.walk(root):
+    for directory, subdirectories, files in os.walk(root):
+        # In name order, not the file system's: the same packages give the same corpus.
+        subdirectories.sort()
         for name in sorted(files):
             path = os.path.join(directory, name)
             ext = os.path.splitext(name)[1]
