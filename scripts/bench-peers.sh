@@ -31,6 +31,8 @@ cores=$(nproc)
 profile=${BENCH_PROFILE:-release}
 profile_dir=$([ "$profile" = dev ] && echo debug || echo "$profile")
 mkdir -p "$work"
+# Absolute: the specs written below name their tokenizers by it.
+work=$(cd "$work" && pwd)
 say() { printf '==> %s\n' "$*" >&2; }
 
 venv=${BENCH_GIGATOKEN_VENV:-$root/target/bench-gigatoken-venv}
