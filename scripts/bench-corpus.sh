@@ -22,19 +22,17 @@ if (cd "$sources" && apt-get download -qq linux-source-6.1 python3.11-doc perl-d
   rm -rf "$sources/x"
   for deb in "$sources"/*.deb; do dpkg-deb -x "$deb" "$sources/x"; done
   tarball=$(ls "$sources"/x/usr/src/linux-source-*.tar.xz)
-  tar -xJf "$tarball" -C "$sources/x" --wildcards '*/Documentation/*' '*/kernel/*' '*/mm/*' '*/fs/*' '*/net/core/*' '*/lib/*' '*/include/linux/*'
-  gunzip -rf "$sources/x/usr/share/dictd" 2>/dev/null || true
-  roots=("$sources/x")
-  # The text above is about 210 MB. A larger corpus (a steady-state run) takes
-  # the rest of the kernel's tree too; only then, so that a smaller corpus stays
-  # the same text whatever was asked before.
+  kernel_parts=('*/Documentation/*' '*/kernel/*' '*/mm/*' '*/fs/*' '*/net/core/*' '*/lib/*' '*/include/linux/*')
+  # These parts and the packages give about 210 MB of text. A larger corpus (a
+  # steady-state run) takes the rest of the kernel's tree too; only then, so that
+  # a smaller corpus stays the same text whatever was asked before.
   if [ "${target_mb%.*}" -gt 200 ]; then
-    rm -rf "$sources/more"; mkdir -p "$sources/more"
-    tar -xJf "$tarball" -C "$sources/more" --wildcards '*/drivers/*' '*/arch/*' '*/sound/*' '*/tools/*'
-    roots+=("$sources/more")
+    kernel_parts+=('*/drivers/*' '*/arch/*' '*/sound/*' '*/tools/*')
   fi
+  tar -xJf "$tarball" -C "$sources/x" --wildcards "${kernel_parts[@]}"
+  gunzip -rf "$sources/x/usr/share/dictd" 2>/dev/null || true
   say "assembling a ${target_mb} MB Pile-style corpus"
-  "$python" scripts/bench_corpus.py "$corpus" "$target_mb" "${roots[@]}" > "$corpus.json"
+  "$python" scripts/bench_corpus.py "$corpus" "$target_mb" "$sources/x" > "$corpus.json"
 else
   say "SYNTHETIC text (apt-get download failed; the numbers are not on real text)"
   synthetic=$(mktemp -d)
