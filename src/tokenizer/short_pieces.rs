@@ -78,6 +78,19 @@ impl<V: Copy + Default> ShortPieces<V> {
         self.len = 0;
     }
 
+    /// Empties the table, with at least the slots of `other`: a table about to be
+    /// filled as far as `other` was is made that large at once, rather than grown
+    /// to it again through every size, each new one zeroed and filled anew.
+    pub fn clear_to_slots_of(&mut self, other: &ShortPieces<V>) {
+        if self.slots.len() >= other.slots.len() {
+            return self.clear();
+        }
+        // Freed first: the two are never held at once.
+        self.slots = Vec::new_in(HugePages);
+        self.slots.resize(other.slots.len(), Slot::default());
+        self.len = 0;
+    }
+
     /// Twice the slots, every key placed again.
     fn grow(&mut self) {
         let count = (self.slots.len() * 2).max(MIN_SLOTS);
@@ -130,6 +143,22 @@ mod tests {
         let slots = table.slots.len();
         table.clear();
         assert_eq!((table.len(), table.get(key(5u128 << 100 | 7)), table.slots.len()), (0, None, slots));
+    }
+
+    #[test]
+    fn a_table_cleared_to_the_slots_of_another_holds_nothing_and_grows_no_more_to_hold_as_much() {
+        let mut full = ShortPieces::<u32>::default();
+        (1..=5_000u32).for_each(|n| full.insert(key(n.into()), n));
+        let mut next = ShortPieces::<u32>::default();
+        next.insert(key(9_999), 1);
+        next.clear_to_slots_of(&full);
+        assert_eq!((next.len(), next.get(key(9_999)), next.slots.len()), (0, None, full.slots.len()));
+        (1..=5_000u32).for_each(|n| next.insert(key(n.into()), n + 1));
+        assert_eq!(next.slots.len(), full.slots.len());
+        assert!((1..=5_000u32).all(|n| next.get(key(n.into())) == Some(&(n + 1))));
+        // A table as large already keeps its slots.
+        full.clear_to_slots_of(&ShortPieces::default());
+        assert_eq!((full.len(), full.get(key(1)), full.slots.len()), (0, None, next.slots.len()));
     }
 
     proptest! {
