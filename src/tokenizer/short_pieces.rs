@@ -73,7 +73,7 @@ impl<V: Copy + Default> ShortPieces<V> {
     }
 
     /// Empties the table, keeping its memory.
-    pub fn clear(&mut self) {
+    fn clear(&mut self) {
         self.slots.fill(Slot::default());
         self.len = 0;
     }
@@ -87,16 +87,14 @@ impl<V: Copy + Default> ShortPieces<V> {
         }
         // Freed first: the two are never held at once.
         self.slots = Vec::new_in(HugePages);
-        self.slots.resize(other.slots.len(), Slot::default());
+        self.slots = empty_slots(other.slots.len());
         self.len = 0;
     }
 
     /// Twice the slots, every key placed again.
     fn grow(&mut self) {
         let count = (self.slots.len() * 2).max(MIN_SLOTS);
-        let mut slots = Vec::with_capacity_in(count, HugePages);
-        slots.resize(count, Slot::default());
-        let old = std::mem::replace(&mut self.slots, slots);
+        let old = std::mem::replace(&mut self.slots, empty_slots(count));
         self.len = 0;
         for slot in old.iter() {
             if let Some(key) = NonZeroU128::new(slot.key) {
@@ -104,6 +102,13 @@ impl<V: Copy + Default> ShortPieces<V> {
             }
         }
     }
+}
+
+/// `count` empty slots, in huge pages once large.
+fn empty_slots<V: Copy + Default>(count: usize) -> Vec<Slot<V>, HugePages> {
+    let mut slots = Vec::with_capacity_in(count, HugePages);
+    slots.resize(count, Slot::default());
+    slots
 }
 
 /// The first slot to probe for `key` in a table of `slots` (a power of two): the
