@@ -49,9 +49,9 @@
 //!   names, and are left to the general path.
 //!
 //! For GPT-2 and cl100k, a contraction's apostrophe starts a match where a run of
-//! other characters would, and the match ends after its letters; a run of digits
-//! starts a match every `digits` digits for cl100k and o200k. Both are applied as
-//! the matches are given.
+//! other characters would, and the match ends after its letters: that is applied
+//! as the matches are given. A run of digits starts a match every `digits` digits
+//! for cl100k, o200k and DeepSeek-V3: those starts are bits too (`DigitGroups`).
 
 use super::piece_sink::PieceSink;
 
@@ -154,27 +154,23 @@ pub enum Stop {
 }
 
 /// Where a match ends before the next start the table finds: after a
-/// contraction that starts at an apostrophe, or within a run of digits cut into
-/// groups of `digits`.
-struct Cuts {
-    contractions_start: bool,
-    digits: usize,
+/// contraction that starts at an apostrophe.
+struct Contractions {
+    start_matches: bool,
 }
 
-impl Cuts {
+impl Contractions {
     /// The bytes of a block where a match that starts there may end early.
     fn may_cut(&self, bits: &KindBits) -> u64 {
-        let apostrophes = if self.contractions_start { bits.apostrophes } else { 0 };
-        apostrophes | if self.digits != usize::MAX { bits.of(NUMBER) } else { 0 }
+        if self.start_matches { bits.apostrophes } else { 0 }
     }
 
     fn may_cut_at(&self, byte: u8) -> bool {
-        (self.contractions_start && byte == b'\'') || (self.digits != usize::MAX && byte.is_ascii_digit())
+        self.start_matches && byte == b'\''
     }
 
     /// Gives the matches from `start` up to `next`, the next start the table
-    /// found: normally one match; a contraction ends where it ends, and a run of
-    /// digits is cut into groups.
+    /// found: normally one match; a contraction ends where it ends.
     #[inline(always)]
     fn matches_up_to(
         &self,
@@ -186,12 +182,61 @@ impl Cuts {
     ) {
         while *start < next {
             let end = match bytes[*start] {
-                b'\'' if self.contractions_start => contraction_end(*start + 1).unwrap_or(next),
-                b'0'..=b'9' => next.min(start.saturating_add(self.digits)),
+                b'\'' if self.start_matches => contraction_end(*start + 1).unwrap_or(next),
                 _ => next,
             };
             on_match.take(*start, end);
             *start = end;
+        }
+    }
+}
+
+/// The starts inside runs of digits that `\p{N}{1,3}` cuts into groups of up to
+/// `digits`: each `digits`-th digit from the run's start, while the run goes on.
+/// Found as bits with the rest of a block's starts, so that a block with digits
+/// gives its matches as one run with no byte to look at (see `take_run`), where a
+/// third of the blocks of code and docs hold a digit.
+struct DigitGroups {
+    /// `usize::MAX` where numbers are not cut (GPT-2).
+    digits: usize,
+}
+
+impl DigitGroups {
+    /// The starts of groups but the first of each run, in `block`; `behind` is how
+    /// far before the block the match being read starts, where that match is a
+    /// run of digits (it then goes on up to the block).
+    #[inline(always)]
+    fn starts(&self, before_block: &KindBits, block: &KindBits, behind: Option<usize>) -> u64 {
+        let (numbers, numbers_before) = (block.of(NUMBER), before_block.of(NUMBER));
+        if numbers == 0 || self.digits >= BLOCK {
+            return 0;
+        }
+        let digits = self.digits;
+        if digits == 1 {
+            return numbers;
+        }
+        // Bytes that end `digits` digits in a row.
+        let mut full = numbers;
+        for back in 1..digits {
+            full &= numbers << back | numbers_before >> (BLOCK - back);
+        }
+        let mut starts = numbers & !(numbers << 1 | numbers_before >> (BLOCK - 1));
+        if let Some(behind) = behind {
+            // The run before the block goes on into it: its next group starts here,
+            // if the digits go on that far.
+            let first = (digits - behind % digits) % digits;
+            let through_first = (2 << first) - 1;
+            if numbers & through_first == through_first {
+                starts |= 1 << first;
+            }
+        }
+        // Each step finds the next group of every run; runs are a few digits long.
+        loop {
+            let more = starts | (starts << digits) & full;
+            if more == starts {
+                return starts;
+            }
+            starts = more;
         }
     }
 }
@@ -357,8 +402,9 @@ impl AsciiWindows {
             Family::O200k | Family::DeepSeekV3 => 3,
             Family::Gpt2 => usize::MAX,
         };
+        let digit_groups = DigitGroups { digits };
         // o200k's contractions end words, GPT-2's and cl100k's start matches.
-        let cuts = Cuts { contractions_start: matches!(self.family, Family::Gpt2 | Family::Cl100k { .. }), digits };
+        let contractions = Contractions { start_matches: matches!(self.family, Family::Gpt2 | Family::Cl100k { .. }) };
         let mut start = at;
         // The blocks start after `at`. Before them, `at` itself, and before it as if
         // a letter: for cl100k, an other character after a letter starts a match too.
@@ -370,7 +416,9 @@ impl AsciiWindows {
         while block < bytes.len() {
             let after_block = classify(bytes, block + BLOCK);
             let verdicts = self.verdicts(&before_block, &block_bits, &after_block);
-            let (mut found, mut undecided) = (verdicts.starts, verdicts.undecided);
+            let behind = (start < block && kind(start) == NUMBER).then(|| block - start);
+            let mut found = verdicts.starts | digit_groups.starts(&before_block, &block_bits, behind);
+            let mut undecided = verdicts.undecided;
             let mut look_around = verdicts.look_around & below_lowest(undecided);
             while look_around != 0 {
                 let bit = look_around & look_around.wrapping_neg();
@@ -391,7 +439,9 @@ impl AsciiWindows {
                 found &= u64::MAX.checked_shl((start - block + 1) as u32).unwrap_or(0);
             }
             // The matches given here start at `start` and at the starts found but the last.
-            if found & cuts.may_cut(&block_bits) == 0 && !bytes.get(start).is_some_and(|&byte| cuts.may_cut_at(byte)) {
+            if found & contractions.may_cut(&block_bits) == 0
+                && !bytes.get(start).is_some_and(|&byte| contractions.may_cut_at(byte))
+            {
                 // Each ends where the next starts, with no byte to look at.
                 start = on_match.take_run(start, block, found);
                 found = 0;
@@ -399,7 +449,7 @@ impl AsciiWindows {
             while found != 0 {
                 let next = block + found.trailing_zeros() as usize;
                 found &= found - 1;
-                cuts.matches_up_to(bytes, &mut start, next, &contraction_end, on_match);
+                contractions.matches_up_to(bytes, &mut start, next, &contraction_end, on_match);
             }
             if undecided != 0 {
                 // The general path goes on past the byte after it too: that one may
@@ -409,7 +459,7 @@ impl AsciiWindows {
             (before_block, block_bits) = (block_bits, after_block);
             block += BLOCK;
         }
-        cuts.matches_up_to(bytes, &mut start, bytes.len(), &contraction_end, on_match);
+        contractions.matches_up_to(bytes, &mut start, bytes.len(), &contraction_end, on_match);
         Stop::End
     }
 

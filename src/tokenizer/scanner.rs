@@ -783,6 +783,21 @@ mod property_tests {
         every_scanner_agrees_with_its_regex(&text).unwrap();
     }
 
+    #[test]
+    fn runs_of_digits_are_cut_into_groups_across_blocks() {
+        // Runs of every length up to two blocks, starting at every place of a
+        // block, after a letter, a space, an apostrophe or an other character and
+        // before one, so that groups of digits start in one block and go on in the next.
+        for offset in 0..66 {
+            for len in 1..140 {
+                for (before, after) in [("a", " x"), (" ", "a"), ("'", "'s"), (".", "\n")] {
+                    let text = format!("{}{before}{}{after}7", "b".repeat(offset), &"0123456789".repeat(14)[..len]);
+                    every_scanner_agrees_with_its_regex(&text).unwrap();
+                }
+            }
+        }
+    }
+
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(5000))]
 
