@@ -798,6 +798,22 @@ mod property_tests {
         }
     }
 
+    #[test]
+    fn contractions_end_matches_at_every_place_of_a_block() {
+        // Each contraction, and near misses, at every place around a block's end,
+        // after a letter, a space, a line break or an other character, and before
+        // a letter, so that the match after it starts inside a run of letters.
+        for offset in 0..70 {
+            for contraction in ["'s", "'t", "'re", "'VE", "'m", "'ll", "'D", "'x", "'r", "'"] {
+                for before in ["a", " ", "\n", "."] {
+                    let text =
+                        format!("{}{before}{contraction}ing's 's", "b ".repeat(offset / 2) + &"c".repeat(offset % 2));
+                    every_scanner_agrees_with_its_regex(&text).unwrap();
+                }
+            }
+        }
+    }
+
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(5000))]
 
