@@ -57,6 +57,11 @@ fn tune_allocator() {
     // system time; what larger builds gain, and what the delay adds to their peaks
     // within the bound of 100 MiB + 64 MiB per worker, is in the README
     // ("Every core, even with one shard"), with the bench-rss figures it is measured by.
+    // Half a second was tried too: a 100 MB GPT-4o build on 2 threads then touched
+    // 42,000-44,000 fresh pages rather than 49,000-52,000 and peaked 20-30 MiB
+    // higher. Its CPU time moved within this 2-core host's noise: the medians of
+    // three sets of 5-10 alternated runs were 0%, 4% and 12% lower, their fastest
+    // runs as fast; Llama-3's were the same.
     // SAFETY: no other thread exists yet (see above).
     unsafe { libmimalloc_sys::mi_option_set(MI_OPTION_PURGE_DELAY, PURGE_DELAY_MS) };
     // No transparent huge pages for mimalloc's memory: it is built with `no_thp`,
