@@ -67,7 +67,9 @@ fn main() -> anyhow::Result<()> {
         let mut reader = source::open(&PathBuf::from(shard), spec.source.format, &selector)?;
         let mut texts = Vec::new();
         while let Some(item) = reader.next_item()? {
-            if let (Item::Document(document), true) = (item, keep) {
+            if let Item::Document(document) = item
+                && keep
+            {
                 texts.push(document.text);
             }
         }

@@ -128,11 +128,9 @@ print(f"ratio ferry / raw encoder    {ratio_raw:5.2f}    (target >= 0.85) {'OK' 
 print(f"ratio per CPU-second         {ferry_per_cpu / raw_per_cpu:5.2f}    (ferry's CPU time, all phases, against the encoder's alone)")
 # What bounds the ratio: a build reads every shard (decompression, the text field
 # of each line) besides encoding it, on the same cores.
-if "read" in enc:
-    read_cpu, encode_cpu = enc["read"]["cpu_seconds"], enc.get(used, enc["tokenizers"])["cpu_seconds"]
-    text_mb = corpus.get("text_bytes", 0) / 1e6
-    print(f"reading alone                {text_mb / enc['read']['seconds']:6.0f} MB/s of text ({enc['read']['cpu_seconds']:.2f} CPU-s: decompression and the text field, {enc['threads']} threads)")
-    print(f"ratio reading leaves         {encode_cpu / (encode_cpu + read_cpu):5.2f}    (the best ferry / raw encoder with reading alone added, per CPU-second)")
+read_cpu, encode_cpu = enc["read"]["cpu_seconds"], enc.get(used, enc["tokenizers"])["cpu_seconds"]
+print(f"reading alone                {enc['text_bytes'] / 1e6 / enc['read']['seconds']:6.0f} MB/s of text ({read_cpu:.2f} CPU-s: decompression and the text field, {enc['threads']} threads)")
+print(f"ratio reading leaves         {encode_cpu / (encode_cpu + read_cpu):5.2f}    (the best ferry / raw encoder with reading alone added, per CPU-second)")
 print(f"ferry peak RSS               {rss:5.2f} GiB (target <= 1 GiB) {'OK' if rss <= 1 else 'MISSED'}")
 PY
 
