@@ -39,6 +39,10 @@ pub enum Command {
         /// Worker threads [default: $SLURM_CPUS_PER_TASK, else all cores]
         #[arg(short, long)]
         jobs: Option<usize>,
+        /// Remove the spec's token store first (unless in use) and tokenize again, as
+        /// after an error saying it is damaged.
+        #[arg(long)]
+        rebuild_tokens: bool,
         /// Print the result as JSON.
         #[arg(long)]
         json: bool,

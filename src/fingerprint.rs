@@ -1,5 +1,9 @@
-//! The entry fingerprint: a stable blake3 hash of everything that determines an
-//! entry's bytes, and nothing else (not paths, hosts, thread counts or names).
+//! Fingerprints: stable blake3 hashes of everything that determines a cache
+//! object's bytes, and nothing else (not paths, hosts, thread counts or names).
+//!
+//! A token store's covers the inputs' contents, the tokenizer and the spec's
+//! tokenization part; a view's covers its token store's fingerprint and the spec's
+//! view part. A new `seq_len` is then a new view of the same token store.
 
 use std::fmt;
 
@@ -27,9 +31,9 @@ impl fmt::Display for Fingerprint {
     }
 }
 
-/// What goes into a fingerprint.
-pub struct FingerprintInputs<'a> {
-    /// `Spec::canonical()`.
+/// What goes into a token store's fingerprint.
+pub struct TokensFingerprintInputs<'a> {
+    /// `Spec::tokens_canonical()`.
     pub canonical_spec: &'a serde_json::Value,
     /// Hash of the tokenizer's canonical serialization.
     pub tokenizer: &'a blake3::Hash,
@@ -37,15 +41,22 @@ pub struct FingerprintInputs<'a> {
     pub splits: &'a [(String, Vec<blake3::Hash>)],
 }
 
-impl FingerprintInputs<'_> {
+/// Feeds length-prefixed fields to a hasher, so that no two inputs collide by concatenation.
+struct Fields(blake3::Hasher);
+
+impl Fields {
+    fn field(&mut self, bytes: &[u8]) {
+        self.0.update(&(bytes.len() as u64).to_le_bytes());
+        self.0.update(bytes);
+    }
+}
+
+impl TokensFingerprintInputs<'_> {
     pub fn fingerprint(&self) -> Fingerprint {
-        let mut hasher = blake3::Hasher::new();
-        // Every variable-length part is length-prefixed so no two inputs collide by concatenation.
-        let mut field = |bytes: &[u8]| {
-            hasher.update(&(bytes.len() as u64).to_le_bytes());
-            hasher.update(bytes);
-        };
-        field(b"ferry-entry");
+        let mut fields = Fields(blake3::Hasher::new());
+        let mut field = |bytes: &[u8]| fields.field(bytes);
+        // Its own domain: never equal to an entry's from before token stores ("ferry-entry").
+        field(b"ferry-tokens");
         field(&FORMAT_VERSION.to_le_bytes());
         // serde_json writes object keys in sorted order (no `preserve_order` feature), so this is canonical.
         field(self.canonical_spec.to_string().as_bytes());
@@ -58,8 +69,19 @@ impl FingerprintInputs<'_> {
                 field(hash.as_bytes());
             }
         }
-        Fingerprint(hasher.finalize())
+        Fingerprint(fields.0.finalize())
     }
+}
+
+/// A view's fingerprint: its token store's (all 64 hex digits, as its manifest
+/// records it) and `Spec::view_canonical()`.
+pub fn view_fingerprint(token_store: &str, canonical_view: &serde_json::Value) -> Fingerprint {
+    let mut fields = Fields(blake3::Hasher::new());
+    fields.field(b"ferry-view");
+    fields.field(&FORMAT_VERSION.to_le_bytes());
+    fields.field(token_store.as_bytes());
+    fields.field(canonical_view.to_string().as_bytes());
+    Fingerprint(fields.0.finalize())
 }
 
 #[cfg(test)]
@@ -69,7 +91,7 @@ mod tests {
     fn fingerprint(spec: serde_json::Value, tokenizer: &[u8], inputs: &[&[u8]]) -> Fingerprint {
         let tokenizer = blake3::hash(tokenizer);
         let splits = vec![("train".to_string(), inputs.iter().map(|i| blake3::hash(i)).collect())];
-        FingerprintInputs { canonical_spec: &spec, tokenizer: &tokenizer, splits: &splits }.fingerprint()
+        TokensFingerprintInputs { canonical_spec: &spec, tokenizer: &tokenizer, splits: &splits }.fingerprint()
     }
 
     #[test]
@@ -83,5 +105,17 @@ mod tests {
         assert_ne!(base, fingerprint(spec, b"tok", &[b"a", b"c"]));
         assert_eq!(base.short().len(), 16);
         assert!(base.full().starts_with(&base.short()));
+    }
+
+    #[test]
+    fn a_view_fingerprint_depends_on_its_token_store_and_its_options_only() {
+        let store = fingerprint(serde_json::json!({}), b"tok", &[b"a"]).full();
+        let other_store = fingerprint(serde_json::json!({}), b"tok", &[b"b"]).full();
+        let view = serde_json::json!({"sequence": {"seq_len": 1024}});
+        let base = view_fingerprint(&store, &view);
+        assert_eq!(base, view_fingerprint(&store, &view));
+        assert_ne!(base, view_fingerprint(&other_store, &view));
+        assert_ne!(base, view_fingerprint(&store, &serde_json::json!({"sequence": {"seq_len": 2048}})));
+        assert_ne!(base.full(), store, "a view is never its token store");
     }
 }

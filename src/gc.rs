@@ -284,6 +284,20 @@ fn collect_cache_io(cache: &CacheLayout, policy: &GcPolicy, dry_run: bool) -> io
     Ok(report)
 }
 
+/// Removes one entry now, whatever the policy, unless a live lease holds it
+/// (`prepare --rebuild-tokens`). Returns whether it was removed.
+pub fn evict(cache: &CacheLayout, short: &str) -> Result<bool, GcError> {
+    let evict_io = || -> io::Result<bool> {
+        let dirs = CacheDirs::open(cache)?;
+        let Some(entries_dir) = &dirs.entries else { return Ok(false) };
+        if !unused(lease::live_leases(cache, short)) {
+            return Ok(false);
+        }
+        evict_entry(cache, &dirs, entries_dir, short)
+    };
+    Ok(evict_io().map_err(IoError::at("removing an entry from", cache.root()))?)
+}
+
 /// Renames the entry into the trash unless a lease appeared meanwhile (then it
 /// is put back). Returns whether it was removed.
 fn evict_entry(cache: &CacheLayout, dirs: &CacheDirs, entries_dir: &Dir, short: &str) -> io::Result<bool> {

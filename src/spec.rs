@@ -167,27 +167,54 @@ fn default_true() -> bool {
 pub struct SequenceSpec {
     pub pack: PackMode,
     pub seq_len: usize,
-    /// Also write `labels` = `input_ids` (run_clm convention).
+    /// Also write `labels` = `input_ids` (run_clm convention), -100 on padding.
     pub labels: bool,
-    /// Also write an all-ones `attention_mask` (int8, as `datasets` stores it).
+    /// Also write an `attention_mask` (int8, as `datasets` stores it): 1 on tokens, 0 on padding.
     pub attention_mask: bool,
+    /// Also write `position_ids` (int32) that restart at 0 at the start of every row
+    /// and of every document inside it (Megatron's `reset_position_ids`).
+    pub position_ids: bool,
+    /// Shuffle each split's rows with this seed (the same seed, the same order, on any machine).
+    pub shuffle_seed: Option<u64>,
 }
 
 impl Default for SequenceSpec {
     fn default() -> Self {
-        Self { pack: PackMode::Concat, seq_len: 1024, labels: false, attention_mask: false }
+        Self {
+            pack: PackMode::Concat,
+            seq_len: 1024,
+            labels: false,
+            attention_mask: false,
+            position_ids: false,
+            shuffle_seed: None,
+        }
     }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
-#[serde(rename_all = "lowercase")]
+#[serde(rename_all = "snake_case")]
 pub enum PackMode {
     /// Join documents and cut into `seq_len` blocks, per input shard (run_clm `group_texts`).
     Concat,
+    /// Whole documents into rows of `seq_len` by best-fit decreasing, padded; only a
+    /// document longer than a row is cut (its pieces are placed like documents).
+    BestFit,
     /// One row per document, cut at `seq_len`.
     Truncate,
     /// One row per document, whole.
     None,
+}
+
+impl PackMode {
+    /// The name a spec gives it.
+    pub fn name(self) -> &'static str {
+        match self {
+            PackMode::Concat => "concat",
+            PackMode::BestFit => "best_fit",
+            PackMode::Truncate => "truncate",
+            PackMode::None => "none",
+        }
+    }
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -300,9 +327,7 @@ impl Spec {
         if self.tokenizer.vocab.is_some() != self.tokenizer.merges.is_some() {
             return Err("[tokenizer] vocab and merges go together".into());
         }
-        if self.sequence.pack != PackMode::None && self.sequence.seq_len == 0 {
-            return Err("sequence.seq_len must be at least 1".into());
-        }
+        self.check_sequence()?;
         if let Some(max) = self.filter.max_chars
             && max < self.filter.min_chars
         {
@@ -318,17 +343,43 @@ impl Spec {
         Ok(())
     }
 
+    /// Combinations of packing options a trainer could not use.
+    fn check_sequence(&self) -> Result<(), String> {
+        let sequence = &self.sequence;
+        if sequence.pack != PackMode::None && sequence.seq_len == 0 {
+            return Err("sequence.seq_len must be at least 1".into());
+        }
+        if sequence.seq_len > u32::MAX as usize {
+            return Err(format!("sequence.seq_len {} is over the largest row ferry writes ({})", sequence.seq_len, u32::MAX));
+        }
+        if sequence.position_ids && matches!(sequence.pack, PackMode::None | PackMode::Truncate) {
+            return Err(format!(
+                "sequence.position_ids goes with pack = \"concat\" or \"best_fit\": with pack = \"{}\" each row is one \
+                 document, whose positions are 0, 1, 2, ... without a column",
+                sequence.pack.name()
+            ));
+        }
+        if sequence.pack == PackMode::BestFit && sequence.labels && self.output.token_type != TokenType::Int32 {
+            return Err(format!(
+                "sequence.labels with pack = \"best_fit\" are -100 on padding, which {} cannot hold; \
+                 set output.token_type = \"int32\"",
+                self.output.token_type.dtype()
+            ));
+        }
+        Ok(())
+    }
+
     /// Resolves a path from the spec against the spec file's directory.
     pub fn resolve(&self, path: &Path) -> PathBuf {
         if path.is_absolute() { path.to_path_buf() } else { self.base_dir.join(path) }
     }
 
-    /// Everything that changes the output, with defaults filled in. Cosmetic and
-    /// execution-only fields (`name`, the glob text, the tokenizer's location,
-    /// `fast_path`) are left out: the tokenizer and the inputs enter the fingerprint
-    /// by content instead.
-    pub fn canonical(&self) -> serde_json::Value {
-        let mut canonical = json!({
+    /// Everything that changes the token store (the documents' ids), with defaults
+    /// filled in. Cosmetic and execution-only fields (`name`, the glob text, the
+    /// tokenizer's location, `fast_path`) are left out: the tokenizer and the inputs
+    /// enter the fingerprint by content instead.
+    pub fn tokens_canonical(&self) -> serde_json::Value {
+        json!({
             "splits": self.splits.keys().collect::<Vec<_>>(),
             "source": {
                 "text_field": self.source.text_field,
@@ -345,21 +396,35 @@ impl Spec {
                 "bos_token": self.tokenizer.bos_token,
                 "eos_token": self.tokenizer.eos_token,
             },
+        })
+    }
+
+    /// Everything that changes a view of the token store: packing, columns, shuffling,
+    /// token type, file sizes and formats, with defaults filled in.
+    pub fn view_canonical(&self) -> serde_json::Value {
+        let sequence = &self.sequence;
+        json!({
             "sequence": {
-                "pack": self.sequence.pack,
-                "seq_len": if self.sequence.pack == PackMode::None { 0 } else { self.sequence.seq_len },
-                "labels": self.sequence.labels,
-                "attention_mask": self.sequence.attention_mask,
+                "pack": sequence.pack,
+                "seq_len": if sequence.pack == PackMode::None { 0 } else { sequence.seq_len },
+                "labels": sequence.labels,
+                "attention_mask": sequence.attention_mask,
+                "position_ids": sequence.position_ids,
+                "shuffle_seed": sequence.shuffle_seed,
             },
             "output": {
                 "token_type": self.output.token_type,
                 "target_shard_bytes": self.output.target_shard_bytes,
+                "formats": self.output.formats.canonical(),
             },
-        });
-        // Only extra formats enter the canonical form, so entries made before formats
-        // existed (and specs that name only "hf") keep their fingerprints.
-        if let Some(extra) = self.output.formats.canonical() {
-            canonical["output"]["formats"] = extra;
+        })
+    }
+
+    /// The whole spec's canonical form: the token store's part and the view's.
+    pub fn canonical(&self) -> serde_json::Value {
+        let mut canonical = self.tokens_canonical();
+        if let (Some(all), serde_json::Value::Object(view)) = (canonical.as_object_mut(), self.view_canonical()) {
+            all.extend(view);
         }
         canonical
     }
@@ -444,10 +509,9 @@ impl Formats {
         !self.extra.is_empty()
     }
 
-    /// The extra formats for the fingerprint, in a fixed order; `None` for the
-    /// Arrow files alone, so such specs keep the fingerprint they always had.
-    pub fn canonical(&self) -> Option<serde_json::Value> {
-        self.any_extra().then(|| serde_json::json!(self.extra))
+    /// The extra formats for the fingerprint, in a fixed order.
+    pub fn canonical(&self) -> serde_json::Value {
+        serde_json::json!(self.extra)
     }
 
     /// Refuses combinations a reader cannot load.
@@ -556,6 +620,49 @@ builtin = "gpt2"
         assert!(err.contains("uint32") && err.contains("int32"), "{err}");
         let err = parse(&format!("{MINIMAL}\n[output]\nformats = [\"nanogpt\"]\n")).unwrap_err().to_string();
         assert!(err.contains("nanogpt") && err.contains("megatron"), "{err}");
+    }
+
+    #[test]
+    fn what_follows_tokenization_changes_only_the_view_part() {
+        let base = parse(MINIMAL).unwrap();
+        let after_tokenizing = [
+            "[sequence]\nseq_len = 2048\n",
+            "[sequence]\npack = \"best_fit\"\n",
+            "[sequence]\nlabels = true\nattention_mask = true\n",
+            "[sequence]\nposition_ids = true\n",
+            "[sequence]\nshuffle_seed = 7\n",
+            "[output]\ntoken_type = \"uint16\"\nformats = [\"megatron\"]\n",
+        ];
+        for extra in after_tokenizing {
+            let other = parse(&format!("{MINIMAL}\n{extra}")).unwrap();
+            assert_eq!(other.tokens_canonical(), base.tokens_canonical(), "{extra}");
+            assert_ne!(other.view_canonical(), base.view_canonical(), "{extra}");
+        }
+        let tokenizing = ["[filter]\nmin_chars = 3\n", "[source]\ntext_field = \"body\"\n"];
+        for extra in tokenizing {
+            let other = parse(&format!("{MINIMAL}\n{extra}")).unwrap();
+            assert_ne!(other.tokens_canonical(), base.tokens_canonical(), "{extra}");
+            assert_eq!(other.view_canonical(), base.view_canonical(), "{extra}");
+        }
+        let whole = base.canonical();
+        assert_eq!(whole["sequence"]["seq_len"], 1024);
+        assert_eq!(whole["tokenizer"]["ensure_bos_eos"], true);
+    }
+
+    #[test]
+    fn packing_options_a_trainer_could_not_use_are_refused() {
+        let refused = [
+            ("[sequence]\npack = \"none\"\nposition_ids = true\n", "position_ids"),
+            ("[sequence]\npack = \"truncate\"\nposition_ids = true\n", "position_ids"),
+            ("[sequence]\npack = \"best_fit\"\nlabels = true\n[output]\ntoken_type = \"uint16\"\n", "-100"),
+            ("[sequence]\npack = \"bestfit\"\n", "best_fit"),
+        ];
+        for (extra, named) in refused {
+            let err = parse(&format!("{MINIMAL}\n{extra}")).unwrap_err().to_string();
+            assert!(err.contains(named), "{extra}: {err}");
+        }
+        let spec = parse(&format!("{MINIMAL}\n[sequence]\npack = \"best_fit\"\nposition_ids = true\nlabels = true\n"));
+        assert_eq!(spec.unwrap().sequence.pack, PackMode::BestFit);
     }
 
     #[test]

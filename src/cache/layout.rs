@@ -1,7 +1,8 @@
 //! Every path of the cache and of an entry, in one place.
 //!
 //! ```text
-//! <cache>/entries/<fp16>/            published entries, immutable (Arrow files per split,
+//! <cache>/entries/<fp16>/            published entries, immutable: token stores (tokens/<split>/
+//!                                    <shard>.bin and .idx) and views (Arrow files per split,
 //!                                    and megatron/ and flat/ when the spec asks for them)
 //! <cache>/by-name/<name>             symlink -> ../entries/<fp16>, newest entry of that name
 //! <cache>/building/<fp16>/           an entry being built (shared by every task building it)
@@ -222,6 +223,15 @@ pub fn data_file_name(index: usize, count: usize) -> String {
     format!("data-{index:05}-of-{count:05}.arrow")
 }
 
+/// A token store's document file for one input shard, relative to the entry:
+/// `tokens/<split>/<shard>.<extension>` (`bin` holds the ids, `idx` Megatron's index).
+pub fn token_store_file(split: &str, shard: usize, extension: &str) -> String {
+    format!("{TOKENS_DIR}/{split}/{shard:06}.{extension}")
+}
+
+/// The folder of a token store that holds its documents.
+pub const TOKENS_DIR: &str = "tokens";
+
 /// A split's Megatron file relative to the entry: `megatron/<split>_text_document.<extension>`.
 pub fn megatron_file(split: &str, extension: &str) -> String {
     format!("megatron/{split}_text_document.{extension}")
@@ -256,6 +266,22 @@ impl BuildLayout {
     /// A shard's part for the extra formats: `parts/<split>/<shard>.<kind>`.
     pub fn format_part(&self, split: &str, shard: usize, kind: &str) -> PathBuf {
         self.parts_dir(split).join(format!("{shard:06}.{kind}"))
+    }
+
+    /// A shard's documents in a token store being built: `parts/<split>/<shard>.<extension>`.
+    pub fn document_part(&self, split: &str, shard: usize, extension: &str) -> PathBuf {
+        self.parts_dir(split).join(format!("{shard:06}.{extension}"))
+    }
+
+    /// The `part`-th Arrow file of a view's unit: the `chunk`-th run of rows made
+    /// from input shard `shard` (or, shuffled, of the split's rows).
+    pub fn view_part(&self, split: &str, unit: (usize, usize), part: usize) -> PathBuf {
+        self.parts_dir(split).join(format!("{:06}.{:04}-{part:04}.arrow", unit.0, unit.1))
+    }
+
+    /// A view unit's part for the extra formats: `parts/<split>/<shard>.<chunk>.<kind>`.
+    pub fn view_format_part(&self, split: &str, unit: (usize, usize), kind: &str) -> PathBuf {
+        self.parts_dir(split).join(format!("{:06}.{:04}.{kind}", unit.0, unit.1))
     }
 
     pub fn shard_record(&self, split: &str, shard: usize) -> PathBuf {

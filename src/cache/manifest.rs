@@ -1,5 +1,11 @@
 //! `manifest.json`: what an entry is made of and how it was made. Written once,
 //! when the entry is published; read by `stage`, `status`, `gc` and `verify`.
+//!
+//! An entry is one of two kinds. A token store holds every document's ids (what
+//! tokenizing made); a view holds training rows derived from a token store (what a
+//! trainer loads), complete by itself: it still loads and stages once its token
+//! store is gone. Entries made before token stores existed have no `kind` and are
+//! read as views without a token store.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -32,6 +38,90 @@ pub struct Manifest {
     pub totals: Totals,
     pub timings: Timings,
     pub build: BuildRecord,
+    #[serde(default)]
+    pub kind: EntryKind,
+    /// A view's token store.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub token_store: Option<TokenStoreRef>,
+    /// How a view's rows were packed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub packing: Option<PackingRecord>,
+    /// How a token store holds its documents.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub documents: Option<DocumentsRecord>,
+}
+
+/// What an entry holds.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EntryKind {
+    /// Training rows, derived from a token store (or, made before token stores, from the inputs).
+    #[default]
+    View,
+    /// The documents' ids, the one product of tokenizing.
+    Tokens,
+}
+
+impl EntryKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            EntryKind::View => "view",
+            EntryKind::Tokens => "tokens",
+        }
+    }
+}
+
+/// The token store a view was derived from.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TokenStoreRef {
+    /// All 64 hex digits.
+    pub fingerprint: String,
+}
+
+/// How a view's rows were made from its token store's documents.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PackingRecord {
+    pub pack: crate::spec::PackMode,
+    pub seq_len: u64,
+    /// Tokens of documents over all tokens in rows, padding included: 1 without
+    /// padding; for best_fit, non-padding tokens / (rows x `seq_len`).
+    pub fill: f64,
+    /// Pad tokens added to rows (best_fit).
+    pub padding_tokens: u64,
+    /// The pad token's id, when rows are padded.
+    pub pad_id: Option<u32>,
+    /// Documents longer than a row, cut into pieces (best_fit).
+    pub documents_split: u64,
+    pub shuffle_seed: Option<u64>,
+}
+
+/// How a token store lays out its documents: per input shard, Megatron's indexed
+/// dataset with one sequence per document (`tokens/<split>/<shard>.bin` and `.idx`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DocumentsRecord {
+    pub dtype: StoreDtype,
+}
+
+/// The type a token store keeps ids in: the narrowest that holds the vocabulary.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum StoreDtype {
+    Uint16,
+    /// Megatron has no uint32; ids below 2^31 are the same bits.
+    Int32,
+}
+
+impl StoreDtype {
+    pub fn for_vocabulary(vocab_size: u64) -> StoreDtype {
+        if vocab_size <= 1 << 16 { StoreDtype::Uint16 } else { StoreDtype::Int32 }
+    }
+
+    pub fn bytes(self) -> usize {
+        match self {
+            StoreDtype::Uint16 => 2,
+            StoreDtype::Int32 => 4,
+        }
+    }
 }
 
 /// One file of an entry as the manifest records it (and a shard record its parts).
@@ -55,6 +145,14 @@ pub struct TokenizerRecord {
     pub fast_unavailable: Option<String>,
     pub bos_id: Option<u32>,
     pub eos_id: Option<u32>,
+    /// The pad token's id, or else EOS's: what best-fit rows are padded with.
+    #[serde(default)]
+    pub pad_id: Option<u32>,
+    /// The BOS and EOS tokens' text, for the `tokenizer_config.json` a view carries.
+    #[serde(default)]
+    pub bos_token: Option<String>,
+    #[serde(default)]
+    pub eos_token: Option<String>,
 }
 
 /// One input file as it was when resolved.
@@ -200,7 +298,11 @@ pub struct Totals {
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct Timings {
     pub hash_inputs_seconds: f64,
+    /// Tokenizing (a token store), or the tokenizing this prepare did before the view (a view).
     pub tokenize_seconds: f64,
+    /// Deriving a view's rows from its token store.
+    #[serde(default)]
+    pub view_seconds: f64,
     pub publish_seconds: f64,
     pub total_seconds: f64,
 }
@@ -273,6 +375,14 @@ impl Manifest {
         }
         if !is_hex_digest(&self.fingerprint) {
             return Err(format!("fingerprint {:?} is not 64 lowercase hex digits", self.fingerprint));
+        }
+        if let Some(store) = &self.token_store
+            && !is_hex_digest(&store.fingerprint)
+        {
+            return Err(format!("token_store: fingerprint {:?} is not 64 lowercase hex digits", store.fingerprint));
+        }
+        if (self.kind == EntryKind::Tokens) != self.documents.is_some() {
+            return Err("a token store, and only a token store, records how it holds documents".into());
         }
         untrusted::check_name(&self.name).map_err(|why| format!("name: {why}"))?;
         for (split, record) in &self.splits {

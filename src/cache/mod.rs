@@ -11,5 +11,7 @@ pub mod liveness;
 pub mod lookup;
 pub mod manifest;
 pub mod memo;
+pub mod publish;
 pub mod staging;
+pub mod token_store;
 pub mod writer;

@@ -47,11 +47,67 @@ pub struct Columns {
     pub token_type: TokenType,
     pub labels: bool,
     pub attention_mask: bool,
+    pub position_ids: bool,
+    /// Rows may end in padding (best_fit): the mask and labels then differ from
+    /// all ones and the ids.
+    pub padded: bool,
 }
+
+/// One training row as a view writes it: `tokens` ends in `padding` pad tokens,
+/// and a document starts at each of `starts` (ascending, inside the row's tokens
+/// before the padding; the row's own start is not listed). A row that begins in
+/// the middle of a document starts a segment all the same.
+#[derive(Debug, Clone, Copy)]
+pub struct Row<'a> {
+    pub tokens: &'a [u32],
+    pub starts: &'a [u32],
+    pub padding: usize,
+}
+
+impl Row<'_> {
+    /// Tokens of documents, before the padding.
+    pub fn content(&self) -> usize {
+        self.tokens.len() - self.padding
+    }
+
+    /// Each run of one document inside the row, as (start, length): the pieces a
+    /// trainer's attention keeps apart. Padding is none of them.
+    pub fn segments(&self) -> impl Iterator<Item = (usize, usize)> + '_ {
+        let content = self.content();
+        let bounds = std::iter::once(0).chain(self.starts.iter().map(|&start| start as usize));
+        let ends = self.starts.iter().map(|&start| start as usize).chain(std::iter::once(content));
+        bounds.zip(ends).filter(|(start, end)| end > start).map(|(start, end)| (start, end - start))
+    }
+
+    /// Positions that restart at 0 at the row's start, at each document start and
+    /// at the padding.
+    pub fn extend_positions(&self, out: &mut Vec<i32>) {
+        let mut segment_start = 0;
+        let mut starts = self.starts.iter().map(|&start| start as usize).chain(std::iter::once(self.content())).peekable();
+        for index in 0..self.tokens.len() {
+            if starts.peek() == Some(&index) {
+                segment_start = index;
+                while starts.peek() == Some(&index) {
+                    starts.next();
+                }
+            }
+            out.push((index - segment_start) as i32);
+        }
+    }
+}
+
+/// The label of a padding token: what PyTorch's cross-entropy ignores.
+pub const IGNORED_LABEL: i32 = -100;
 
 impl Columns {
     pub fn new(token_type: TokenType, sequence: &SequenceSpec) -> Columns {
-        Columns { token_type, labels: sequence.labels, attention_mask: sequence.attention_mask }
+        Columns {
+            token_type,
+            labels: sequence.labels,
+            attention_mask: sequence.attention_mask,
+            position_ids: sequence.position_ids,
+            padded: sequence.pack == crate::spec::PackMode::BestFit,
+        }
     }
 
     fn token_data_type(&self) -> DataType {
@@ -70,6 +126,9 @@ impl Columns {
         }
         if self.labels {
             columns.push(("labels", token.0, token.1));
+        }
+        if self.position_ids {
+            columns.push(("position_ids", DataType::Int32, "int32"));
         }
         columns
     }
@@ -112,6 +171,11 @@ pub struct PartWriter<F: Fn(usize) -> PathBuf> {
     values: Vec<u32>,
     /// Ones for the attention mask, shared by every batch (sliced to its length).
     ones: Buffer,
+    /// The batch's positions, mask and labels, where they are not the shared ones
+    /// or the ids (position_ids; padded rows).
+    positions: Vec<i32>,
+    mask: Vec<i8>,
+    labels: Vec<i32>,
     finished: Vec<WrittenFile>,
 }
 
@@ -133,16 +197,30 @@ impl<F: Fn(usize) -> PathBuf> PartWriter<F> {
             offsets: vec![0],
             values: Vec::new(),
             ones: Buffer::from_vec(Vec::<i8>::new()),
+            positions: Vec::new(),
+            mask: Vec::new(),
+            labels: Vec::new(),
             finished: Vec::new(),
         }
     }
 
-    pub fn push_row(&mut self, row: &[u32]) -> Result<(), WriteError> {
+    pub fn push_row(&mut self, row: Row) -> Result<(), WriteError> {
         if self.values.capacity() == 0 {
             self.values.reserve(VALUES_CAPACITY);
         }
-        self.values.extend_from_slice(row);
+        self.values.extend_from_slice(row.tokens);
         self.offsets.push(self.values.len() as i32);
+        if self.columns.position_ids {
+            row.extend_positions(&mut self.positions);
+        }
+        if self.columns.padded && self.columns.attention_mask {
+            self.mask.extend(std::iter::repeat_n(1i8, row.content()));
+            self.mask.extend(std::iter::repeat_n(0i8, row.padding));
+        }
+        if self.columns.padded && self.columns.labels {
+            self.labels.extend(row.tokens[..row.content()].iter().map(|&id| id as i32));
+            self.labels.extend(std::iter::repeat_n(IGNORED_LABEL, row.padding));
+        }
         if self.offsets.len() > BATCH_ROWS || self.values.len() >= BATCH_TOKENS {
             self.flush_batch()?;
         }
@@ -155,10 +233,16 @@ impl<F: Fn(usize) -> PathBuf> PartWriter<F> {
             return Ok(());
         }
         let tokens = self.values.len() as u64;
-        if self.columns.attention_mask && self.ones.len() < self.values.len() {
+        if self.columns.attention_mask && !self.columns.padded && self.ones.len() < self.values.len() {
             self.ones = Buffer::from_vec(vec![1i8; self.values.len().max(BATCH_TOKENS)]);
         }
-        let (batch, lent) = build_batch(&self.columns, &self.schema, &self.offsets, &mut self.values, &self.ones);
+        let per_token = PerToken {
+            positions: std::mem::take(&mut self.positions),
+            mask: std::mem::take(&mut self.mask),
+            labels: std::mem::take(&mut self.labels),
+        };
+        let (batch, lent) =
+            build_batch(&self.columns, &self.schema, &self.offsets, &mut self.values, &self.ones, per_token);
         self.offsets.truncate(1);
         if self.open.is_none() {
             let path = (self.part_path)(self.finished.len());
@@ -207,18 +291,27 @@ fn open_part(path: &Path, schema: &Schema) -> Result<OpenPart, WriteError> {
     Ok(OpenPart { writer, rows: 0, tokens: 0 })
 }
 
+/// A batch's columns that are not the ids or shared ones (empty when not written).
+struct PerToken {
+    positions: Vec<i32>,
+    mask: Vec<i8>,
+    labels: Vec<i32>,
+}
+
 /// The record batch of rows ending at `offsets` in `values`. `uint32` and `int32`
 /// ids become the token column as they are, with no copy: ids are below the
 /// vocabulary size, checked against the type when the tokenizer loads, so an
 /// `int32` reads the same bits. `values` is lent to the batch and comes back as
 /// the buffer returned, whose memory is `values`' again once the batch is dropped
-/// (see `Buffer::into_vec`). The attention mask is a slice of `ones`.
+/// (see `Buffer::into_vec`). Without padding the attention mask is a slice of
+/// `ones` and the labels are the ids; with it, they come from `per_token`.
 fn build_batch(
     columns: &Columns,
     schema: &Arc<Schema>,
     offsets: &[i32],
     values: &mut Vec<u32>,
     ones: &Buffer,
+    per_token: PerToken,
 ) -> (RecordBatch, Option<Buffer>) {
     let list = |data_type: DataType, values: ArrayRef| -> ArrayRef {
         let field = Arc::new(Field::new("item", data_type, true));
@@ -239,11 +332,21 @@ fn build_batch(
     let input_ids = list(columns.token_data_type(), token_values);
     let mut arrays = vec![input_ids.clone()];
     if columns.attention_mask {
-        let mask = Int8Array::new(ScalarBuffer::new(ones.clone(), 0, tokens), None);
+        let mask = match columns.padded {
+            true => Int8Array::from(per_token.mask),
+            false => Int8Array::new(ScalarBuffer::new(ones.clone(), 0, tokens), None),
+        };
         arrays.push(list(DataType::Int8, Arc::new(mask)));
     }
     if columns.labels {
-        arrays.push(input_ids);
+        // Padded labels hold -100: the spec allows them with int32 ids only.
+        arrays.push(match columns.padded {
+            true => list(DataType::Int32, Arc::new(Int32Array::from(per_token.labels))),
+            false => input_ids,
+        });
+    }
+    if columns.position_ids {
+        arrays.push(list(DataType::Int32, Arc::new(Int32Array::from(per_token.positions))));
     }
     (RecordBatch::try_new(schema.clone(), arrays).expect("arrays are built to match the schema"), lent)
 }
@@ -290,13 +393,59 @@ mod tests {
     use arrow_array::Array;
     use arrow_ipc::reader::StreamReader;
 
+    fn plain(tokens: &[u32]) -> Row<'_> {
+        Row { tokens, starts: &[], padding: 0 }
+    }
+
+    fn columns(token_type: TokenType, labels: bool, attention_mask: bool) -> Columns {
+        Columns { token_type, labels, attention_mask, position_ids: false, padded: false }
+    }
+
+    #[test]
+    fn a_row_knows_its_documents_positions_and_padding() {
+        let tokens = [5, 6, 7, 8, 9, 0, 0];
+        let row = Row { tokens: &tokens, starts: &[2, 4], padding: 2 };
+        assert_eq!(row.segments().collect::<Vec<_>>(), [(0, 2), (2, 2), (4, 1)]);
+        let mut positions = Vec::new();
+        row.extend_positions(&mut positions);
+        assert_eq!(positions, [0, 1, 0, 1, 0, 0, 1]);
+        let whole = Row { tokens: &tokens[..3], starts: &[], padding: 0 };
+        assert_eq!(whole.segments().collect::<Vec<_>>(), [(0, 3)]);
+    }
+
+    #[test]
+    fn padded_rows_mask_and_ignore_their_padding_and_positions_restart() {
+        let dir = tempfile::tempdir().unwrap();
+        let columns =
+            Columns { token_type: TokenType::Int32, labels: true, attention_mask: true, position_ids: true, padded: true };
+        let mut writer = PartWriter::new(columns, 1 << 20, |k| dir.path().join(format!("p{k}.arrow")));
+        writer.push_row(Row { tokens: &[1, 2, 3, 9, 9], starts: &[1], padding: 2 }).unwrap();
+        writer.push_row(Row { tokens: &[4, 5], starts: &[], padding: 0 }).unwrap();
+        writer.finish().unwrap();
+        let bytes = std::fs::read(dir.path().join("p0.arrow")).unwrap();
+        let batch = StreamReader::try_new(&bytes[..], None).unwrap().next().unwrap().unwrap();
+        let column = |name: &str| -> Vec<i64> {
+            let lists = batch.column_by_name(name).unwrap().as_any().downcast_ref::<ListArray>().unwrap().clone();
+            let values = lists.values();
+            match values.data_type() {
+                DataType::Int8 => values.as_any().downcast_ref::<Int8Array>().unwrap().values().iter().map(|&v| v as i64).collect(),
+                _ => values.as_any().downcast_ref::<Int32Array>().unwrap().values().iter().map(|&v| v as i64).collect(),
+            }
+        };
+        assert_eq!(column("input_ids"), [1, 2, 3, 9, 9, 4, 5]);
+        assert_eq!(column("attention_mask"), [1, 1, 1, 0, 0, 1, 1]);
+        assert_eq!(column("labels"), [1, 2, 3, -100, -100, 4, 5]);
+        assert_eq!(column("position_ids"), [0, 0, 1, 0, 1, 0, 1]);
+        assert!(batch.schema().metadata()["huggingface"].contains("position_ids"));
+    }
+
     #[test]
     fn rows_round_trip_through_stream_files_with_metadata() {
         let dir = tempfile::tempdir().unwrap();
-        let columns = Columns { token_type: TokenType::Uint16, labels: true, attention_mask: true };
+        let columns = columns(TokenType::Uint16, true, true);
         let mut writer = PartWriter::new(columns, 1 << 20, |k| dir.path().join(format!("p{k}.arrow")));
         for i in 0..2500u32 {
-            writer.push_row(&[i, i + 1, i + 2]).unwrap();
+            writer.push_row(plain(&[i, i + 1, i + 2])).unwrap();
         }
         let files = writer.finish().unwrap();
         assert_eq!(files.len(), 1);
@@ -318,7 +467,7 @@ mod tests {
         for token_type in [TokenType::Uint32, TokenType::Int32] {
             let dir = tempfile::tempdir().unwrap();
             // Labels share the token column: the buffer has two users in the batch.
-            let columns = Columns { token_type, labels: true, attention_mask: true };
+            let columns = columns(token_type, true, true);
             let mut writer = PartWriter::new(columns, 1 << 30, |k| dir.path().join(format!("p{k}.arrow")));
             let rows = 3 * BATCH_ROWS as u32 + 7;
             // A row longer than a batch's tokens: the attention mask's ones grow for it.
@@ -327,7 +476,7 @@ mod tests {
             let row = |i: u32| if i == long { long_row.clone() } else { vec![i, i32::MAX as u32 - i] };
             let mut first_buffer = std::ptr::null();
             for i in 0..rows {
-                writer.push_row(&row(i)).unwrap();
+                writer.push_row(plain(&row(i))).unwrap();
                 if i == 0 {
                     first_buffer = writer.values.as_ptr();
                     assert_eq!(writer.values.capacity(), VALUES_CAPACITY, "reserved whole at the first row");
@@ -371,11 +520,11 @@ mod tests {
     #[test]
     fn files_roll_over_at_the_target_size() {
         let dir = tempfile::tempdir().unwrap();
-        let columns = Columns { token_type: TokenType::Int32, labels: false, attention_mask: false };
+        let columns = columns(TokenType::Int32, false, false);
         let mut writer = PartWriter::new(columns, 100_000, |k| dir.path().join(format!("p{k}.arrow")));
         let row: Vec<u32> = (0..100).collect();
         for _ in 0..5000 {
-            writer.push_row(&row).unwrap();
+            writer.push_row(plain(&row)).unwrap();
         }
         let files = writer.finish().unwrap();
         assert_eq!(files.len(), 5, "one file per 1000-row batch of 400 kB");

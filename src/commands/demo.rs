@@ -44,7 +44,7 @@ pub fn run(dir: &Path, jobs: usize, progress: ProgressMode) -> anyhow::Result<()
     crate::fsutil::write_atomic(&spec_path, DEMO_SPEC.as_bytes()).context("writing the demo spec")?;
     let spec = Spec::load(&spec_path)?;
     let cache = CacheLayout::new(dir.join("cache"));
-    let options = PrepareOptions { jobs, progress };
+    let options = PrepareOptions { jobs, progress, rebuild_tokens: false };
     let prepared = prepare::prepare(&spec, &cache, &options).context("preparing the demo corpus")?;
     let counts = &prepared.manifest.totals.counts;
     out!("spec        {}", spec_path.display())?;

@@ -56,6 +56,7 @@ fn fault_of(cause: &(dyn Error + 'static)) -> Option<Fault> {
         crate::tokenizer::EncodeError,
         crate::tokenizer::TokenizerError,
         crate::tokenizer::Unsupported,
+        crate::view::ViewError,
     )
 }
 

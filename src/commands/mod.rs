@@ -55,8 +55,9 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Ok(std::path::absolute(&dest).unwrap_or(dest))
     };
     match cli.command {
-        Command::Prepare { spec, cache, jobs, json } => {
-            prepare::run(&spec, &cache_layout(cache.cache), settings.jobs(jobs).value, progress, json)
+        Command::Prepare { spec, cache, jobs, rebuild_tokens, json } => {
+            let options = crate::prepare::PrepareOptions { jobs: settings.jobs(jobs).value, progress, rebuild_tokens };
+            prepare::run(&spec, &cache_layout(cache.cache), &options, json)
         }
         Command::Stage(args) => {
             let (dest, cache) = (dest(args.dest.clone())?, cache_layout(args.cache.cache.clone()));

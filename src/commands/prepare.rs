@@ -8,70 +8,89 @@ use serde_json::json;
 
 use crate::cache::layout::CacheLayout;
 use crate::prepare::{self, PrepareOptions, Prepared};
-use crate::progress::{self, ProgressMode};
+use crate::progress;
 use crate::spec::Spec;
 
-pub fn run(
-    spec_path: &Path,
-    cache: &CacheLayout,
-    jobs: usize,
-    progress: ProgressMode,
-    as_json: bool,
-) -> anyhow::Result<()> {
+pub fn run(spec_path: &Path, cache: &CacheLayout, options: &PrepareOptions, as_json: bool) -> anyhow::Result<()> {
     let started = Instant::now();
     let spec = Spec::load(spec_path)?;
-    let prepared = prepare::prepare(&spec, cache, &PrepareOptions { jobs, progress })
-        .with_context(|| format!("preparing {}", spec_path.display()))?;
+    let prepared =
+        prepare::prepare(&spec, cache, options).with_context(|| format!("preparing {}", spec_path.display()))?;
     let elapsed = started.elapsed();
     if as_json {
-        out!("{}", serde_json::to_string_pretty(&summary_json(&prepared, elapsed.as_secs_f64()))?)?;
+        out!("{}", serde_json::to_string_pretty(&summary_json(&prepared, cache, elapsed.as_secs_f64()))?)?;
     } else {
-        print_summary(&prepared, elapsed)?;
+        print_summary(&prepared, cache, elapsed)?;
     }
     Ok(())
 }
 
-fn summary_json(prepared: &Prepared, seconds: f64) -> serde_json::Value {
+fn summary_json(prepared: &Prepared, cache: &CacheLayout, seconds: f64) -> serde_json::Value {
     let manifest = &prepared.manifest;
+    let store = &prepared.token_store;
     json!({
         "fingerprint": manifest.fingerprint,
         "entry": prepared.entry.root(),
         "name": manifest.name,
         "built": prepared.built,
-        "shards_tokenized_here": prepared.shards_tokenized_here,
+        "shards_tokenized_here": store.shards_tokenized_here,
+        "token_store": {
+            "fingerprint": store.fingerprint.full(),
+            "entry": cache.entry(&store.fingerprint.short()).root(),
+            "tokenized": store.built,
+        },
         "totals": manifest.totals,
+        "packing": manifest.packing,
         "encoder": manifest.tokenizer.encoder,
         "fast_unavailable": manifest.tokenizer.fast_unavailable,
         "seconds": seconds,
     })
 }
 
-fn print_summary(prepared: &Prepared, elapsed: std::time::Duration) -> std::io::Result<()> {
+fn print_summary(prepared: &Prepared, cache: &CacheLayout, elapsed: std::time::Duration) -> std::io::Result<()> {
     let manifest = &prepared.manifest;
     let counts = &manifest.totals.counts;
+    let store = &prepared.token_store;
     out!("fingerprint {}", manifest.fingerprint)?;
     out!("entry {}", prepared.entry.root().display())?;
-    if prepared.built {
+    if !prepared.built {
+        out!("cached {}: {} tokens in {} rows (nothing to do)", manifest.name, counts.tokens, counts.rows)?;
+        return Ok(());
+    }
+    let store_path = cache.entry(&store.fingerprint.short());
+    if store.built {
+        let tokenizer = &manifest.tokenizer;
         out!(
-            "built {}: {} documents ({} filtered, {} skipped), {} tokens in {} rows, {} written in {} ({}tokens/s, {} shards here)",
-            manifest.name,
+            "tokenized {} documents ({} filtered, {} skipped) into the token store {} in {:.2} s ({}tokens/s, {} shards here); encoder {}{}",
             counts.documents,
             counts.filtered_documents,
             counts.skipped_total(),
-            counts.tokens,
-            counts.rows,
-            bytesize::ByteSize(manifest.totals.bytes),
-            humantime::format_duration(std::time::Duration::from_millis(elapsed.as_millis() as u64)),
-            progress::per_second(counts.tokens, elapsed),
-            prepared.shards_tokenized_here,
+            store_path.root().display(),
+            store.tokenize_seconds,
+            progress::per_second(store.tokens, std::time::Duration::from_secs_f64(store.tokenize_seconds)),
+            store.shards_tokenized_here,
+            tokenizer.encoder.name(),
+            tokenizer.fast_unavailable.as_ref().map(|reason| format!(" (fast path off: {reason})")).unwrap_or_default(),
         )?;
-        let tokenizer = &manifest.tokenizer;
-        match &tokenizer.fast_unavailable {
-            Some(reason) => out!("encoder {} (fast path off: {reason})", tokenizer.encoder.name())?,
-            None => out!("encoder {}", tokenizer.encoder.name())?,
-        }
     } else {
-        out!("cached {}: {} tokens in {} rows (nothing to do)", manifest.name, counts.tokens, counts.rows)?;
+        out!("token store {} already holds the documents: nothing tokenized", store_path.root().display())?;
     }
+    let packing = manifest.packing.as_ref();
+    out!(
+        "built {}: {} tokens in {} rows{}, {} written; whole prepare {}",
+        manifest.name,
+        counts.tokens,
+        counts.rows,
+        packing
+            .filter(|packing| packing.padding_tokens > 0 || packing.documents_split > 0)
+            .map(|packing| format!(
+                " ({:.2}% filled, {} documents split)",
+                packing.fill * 100.0,
+                packing.documents_split
+            ))
+            .unwrap_or_default(),
+        bytesize::ByteSize(manifest.totals.bytes),
+        humantime::format_duration(std::time::Duration::from_millis(elapsed.as_millis() as u64)),
+    )?;
     Ok(())
 }

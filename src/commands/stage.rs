@@ -122,11 +122,11 @@ fn broadcast(plan: &StagePlan, dest: &Path, json: bool) -> anyhow::Result<()> {
 fn plan_spec(cache: &CacheLayout, spec_path: &Path, dest: &Path) -> anyhow::Result<StagePlan> {
     let spec = Spec::load(spec_path)?;
     let located = prepare::locate(&spec, cache)?;
-    let Some((_, manifest)) = prepare::published(cache, &located.fingerprint)? else {
+    let Some((_, manifest)) = prepare::published(cache, &located.view)? else {
         bail!(UserError(format!(
             "the entry of {} ({}) is not in {}; run `ferry prepare {}` first",
             spec_path.display(),
-            located.fingerprint.short(),
+            located.view.short(),
             cache.root().display(),
             spec_path.display()
         )));

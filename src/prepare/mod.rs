@@ -1,8 +1,10 @@
-//! `prepare`: resolve inputs, fingerprint, return the entry if it exists, else
-//! tokenize every shard in parallel and publish the entry atomically.
+//! `prepare`: resolve inputs and fingerprint; return the view if it exists. Else
+//! make sure its token store exists (tokenize every shard in parallel, alongside
+//! any other task building it, and publish it atomically), then derive the view
+//! from the token store (`view`), which opens no input and runs no tokenizer.
 
 mod budget;
-mod claims;
+pub mod claims;
 mod pipeline;
 mod publish;
 mod record;
@@ -17,17 +19,18 @@ use std::time::Instant;
 use crate::cache::build_progress::BuildProgress;
 use crate::cache::layout::{BUILDING_DIR, BuildLayout, CacheLayout, EntryLayout, USED_DIR};
 use crate::cache::lease::Lease;
-use crate::cache::manifest::{BuildRecord, Manifest, ManifestError};
-use crate::cache::writer::{Columns, WriteError};
+use crate::cache::manifest::{BuildRecord, EntryKind, Manifest, ManifestError, StoreDtype};
+use crate::cache::publish::{link_name, publish};
 use crate::errors::{Failure, Fault, IoError};
-use crate::fingerprint::{Fingerprint, FingerprintInputs};
+use crate::fingerprint::{Fingerprint, TokensFingerprintInputs, view_fingerprint};
 use crate::fsutil::{self, untrusted};
 use crate::inputs::{self, ContentHashMemo, InputError, SplitInputs};
 use crate::progress::{self, ProgressMode, Reporter};
 use crate::source::Selector;
-use crate::spec::{PackMode, Spec, SpecError};
+use crate::spec::{Spec, SpecError};
 use crate::ticker::Ticker;
 use crate::tokenizer::{self, Encoders, TokenizerError};
+use crate::view::{self, ViewError};
 use claims::Claims;
 use together::{Together, build_together};
 
@@ -44,7 +47,9 @@ pub enum PrepareError {
     #[error(transparent)]
     Shard(#[from] ShardError),
     #[error(transparent)]
-    Write(WriteError),
+    View(#[from] ViewError),
+    #[error(transparent)]
+    Gc(#[from] crate::gc::GcError),
     #[error(transparent)]
     Manifest(#[from] ManifestError),
     #[error(transparent)]
@@ -64,6 +69,10 @@ pub enum PrepareError {
         "split {split:?} has no documents: {filtered} filtered out, {skipped} bad records skipped; check source.text_field, [filter] and the inputs"
     )]
     EmptySplit { split: String, filtered: u64, skipped: u64 },
+    #[error("the token store {path} is in use (a live lease); --rebuild-tokens removes it once nothing uses it")]
+    TokenStoreInUse { path: PathBuf },
+    #[error("entry {path} is a {found}, where a {expected} of this spec belongs; remove it (a damaged cache)")]
+    WrongKind { path: PathBuf, found: &'static str, expected: &'static str },
 }
 
 /// Execution settings; none of them changes the entry's bytes.
@@ -71,11 +80,17 @@ pub enum PrepareError {
 pub struct PrepareOptions {
     pub jobs: usize,
     pub progress: ProgressMode,
+    /// Remove the spec's token store first, if unused, and tokenize again (a
+    /// damaged token store's way back).
+    pub rebuild_tokens: bool,
 }
 
-/// A spec resolved to its fingerprint, without reading any input bytes twice.
+/// A spec resolved to its fingerprints, without reading any input bytes twice.
 pub struct Located {
-    pub fingerprint: Fingerprint,
+    /// The token store's.
+    pub tokens: Fingerprint,
+    /// The view's: the token store's and the spec's view part.
+    pub view: Fingerprint,
     pub splits: Vec<SplitInputs>,
     pub hashes: Vec<(String, Vec<blake3::Hash>)>,
     pub tokenizer_identity: blake3::Hash,
@@ -104,26 +119,50 @@ pub fn locate(spec: &Spec, cache: &CacheLayout) -> Result<Located, PrepareError>
     });
     // An input's problem is reported before the tokenizer's, as when they ran in turn.
     let (hashes, tokenizer_identity) = (hashes?, tokenizer_identity?);
-    let canonical = spec.canonical();
-    let fingerprint =
-        FingerprintInputs { canonical_spec: &canonical, tokenizer: &tokenizer_identity, splits: &hashes }.fingerprint();
+    let tokens = TokensFingerprintInputs {
+        canonical_spec: &spec.tokens_canonical(),
+        tokenizer: &tokenizer_identity,
+        splits: &hashes,
+    }
+    .fingerprint();
+    let view = view_fingerprint(&tokens.full(), &spec.view_canonical());
     let hash_seconds = started.elapsed().as_secs_f64();
-    Ok(Located { fingerprint, splits, hashes, tokenizer_identity, hash_seconds, parsed_tokenizer })
+    Ok(Located { tokens, view, splits, hashes, tokenizer_identity, hash_seconds, parsed_tokenizer })
 }
 
-/// The outcome of `prepare`.
+/// The outcome of `prepare`: the view, and what became of its token store.
 pub struct Prepared {
     pub entry: EntryLayout,
     pub manifest: Manifest,
-    /// False when the entry already existed (a cache hit).
+    /// False when the view already existed (a cache hit).
     pub built: bool,
-    pub shards_tokenized_here: usize,
+    pub token_store: TokenStoreOutcome,
 }
 
-/// Loads the published entry with this fingerprint, if any.
-pub fn published(
+/// The token store a prepare used, made or found.
+pub struct TokenStoreOutcome {
+    pub fingerprint: Fingerprint,
+    /// Whether this prepare tokenized (published the token store, or tokenized
+    /// shards of a build another task published).
+    pub built: bool,
+    pub shards_tokenized_here: usize,
+    pub tokenize_seconds: f64,
+    /// The documents' tokens (0 when the view was found and the store not looked at).
+    pub tokens: u64,
+}
+
+impl TokenStoreOutcome {
+    fn untouched(fingerprint: Fingerprint, store: Option<&Manifest>) -> TokenStoreOutcome {
+        let tokens = store.map_or(0, |store| store.totals.counts.tokens);
+        TokenStoreOutcome { fingerprint, built: false, shards_tokenized_here: 0, tokenize_seconds: 0.0, tokens }
+    }
+}
+
+/// Loads the published entry with this fingerprint, if any, checked to be of `kind`.
+pub fn published_kind(
     cache: &CacheLayout,
     fingerprint: &Fingerprint,
+    kind: EntryKind,
 ) -> Result<Option<(EntryLayout, Manifest)>, PrepareError> {
     let entry = cache.entry(&fingerprint.short());
     if !entry.manifest().exists() {
@@ -137,36 +176,86 @@ pub fn published(
             expected: fingerprint.full(),
         });
     }
+    if manifest.kind != kind {
+        let (found, expected) = (manifest.kind.name(), kind.name());
+        return Err(PrepareError::WrongKind { path: entry.root().to_path_buf(), found, expected });
+    }
     Ok(Some((entry, manifest)))
 }
 
-/// Builds the entry for `spec` unless it exists.
+/// The published view with this fingerprint, if any.
+pub fn published(
+    cache: &CacheLayout,
+    fingerprint: &Fingerprint,
+) -> Result<Option<(EntryLayout, Manifest)>, PrepareError> {
+    published_kind(cache, fingerprint, EntryKind::View)
+}
+
+/// Prepares the view of `spec` unless it exists: its token store first, built
+/// unless it exists, then the view derived from it.
 pub fn prepare(spec: &Spec, cache: &CacheLayout, options: &PrepareOptions) -> Result<Prepared, PrepareError> {
-    let started = Instant::now();
     cache.check_version().map_err(|source| PrepareError::Layout { path: cache.root().to_path_buf(), source })?;
     cache
         .create_own_dirs(&cache.build_dirs())
         .map_err(|source| PrepareError::Layout { path: cache.root().to_path_buf(), source })?;
     let mut located = locate(spec, cache)?;
-    let short = located.fingerprint.short();
-    if let Some((entry, manifest)) = published(cache, &located.fingerprint)? {
-        return use_published(cache, spec, Prepared { entry, manifest, built: false, shards_tokenized_here: 0 });
+    if options.rebuild_tokens {
+        discard_token_store(cache, &located.tokens)?;
     }
-    tracing::info!(fingerprint = %short, "building entry");
+    if let Some((entry, manifest)) = published(cache, &located.view)? {
+        let token_store = TokenStoreOutcome::untouched(located.tokens, None);
+        return use_published(cache, spec, Prepared { entry, manifest, built: false, token_store });
+    }
+    let (store, outcome) = token_store(spec, cache, options, &mut located)?;
+    mark_used(cache, &located.tokens.short());
+    let derived = view::derive(cache, spec, &store, &located, &outcome, options.jobs)?;
+    let prepared = Prepared { entry: derived.entry, manifest: derived.manifest, built: derived.built, token_store: outcome };
+    use_published(cache, spec, prepared)
+}
+
+/// `--rebuild-tokens`: moves the spec's token store out of the cache (to be
+/// tokenized again) unless a live lease holds it.
+fn discard_token_store(cache: &CacheLayout, tokens: &Fingerprint) -> Result<(), PrepareError> {
+    let short = tokens.short();
+    if std::fs::symlink_metadata(cache.entry(&short).root()).is_err() {
+        return Ok(());
+    }
+    if !crate::gc::evict(cache, &short)? {
+        return Err(PrepareError::TokenStoreInUse { path: cache.entry(&short).root().to_path_buf() });
+    }
+    tracing::info!(fingerprint = %short, "token store removed; tokenizing again");
+    Ok(())
+}
+
+/// The spec's token store: the published one, else built here (with every other
+/// task building it) and published.
+fn token_store(
+    spec: &Spec,
+    cache: &CacheLayout,
+    options: &PrepareOptions,
+    located: &mut Located,
+) -> Result<(Manifest, TokenStoreOutcome), PrepareError> {
+    let started = Instant::now();
+    let short = located.tokens.short();
+    if let Some((_, manifest)) = published_kind(cache, &located.tokens, EntryKind::Tokens)? {
+        let outcome = TokenStoreOutcome::untouched(located.tokens, Some(&manifest));
+        return Ok((manifest, outcome));
+    }
+    tracing::info!(fingerprint = %short, "tokenizing into a token store");
     let parsed = match located.parsed_tokenizer.take() {
         Some(parsed) => parsed,
         None => tokenizer::Parsed::read(spec)?,
     };
     let encoders = Encoders::from_parsed(spec, parsed, Some(&cache.memo_dir()))?;
     let build = cache.build(&short);
-    let tasks = shard_tasks(&located);
+    let tasks = shard_tasks(located);
     let _lease = build_lease(cache, &short)?;
-    if let Some((entry, manifest)) = set_up_build(cache, &build, &located)? {
-        return use_published(cache, spec, Prepared { entry, manifest, built: false, shards_tokenized_here: 0 });
+    if let Some((_, manifest)) = set_up_build(cache, &build, located)? {
+        let outcome = TokenStoreOutcome::untouched(located.tokens, Some(&manifest));
+        return Ok((manifest, outcome));
     }
-    let tokenize_started = Instant::now();
     let claims = Claims::new(cache.liveness());
-    let run = BuildRun { spec, cache, options, located: &located, encoders: &encoders, build: &build };
+    let run = BuildRun { spec, cache, options, located, encoders: &encoders, build: &build };
     let (records, tokenized_here, kind, fast_off, _publish_guard) = match tokenize_all(&run, &claims, &tasks)? {
         Together::Publish { records, tokenized_here, kind, fast_off, guard } => {
             (records, tokenized_here, kind, fast_off, guard)
@@ -176,21 +265,25 @@ pub fn prepare(spec: &Spec, cache: &CacheLayout, options: &PrepareOptions) -> Re
             // it behind otherwise; whoever leaves last removes it.
             let _ = untrusted::remove_tree_below(cache.root(), &Path::new(BUILDING_DIR).join(&short));
             let vanished = || PrepareError::Vanished { path: cache.entry(&short).root().to_path_buf() };
-            let (entry, manifest) = published(cache, &located.fingerprint)?.ok_or_else(vanished)?;
-            let prepared = Prepared { entry, manifest, built: false, shards_tokenized_here: tokenized_here };
-            return use_published(cache, spec, prepared);
+            let (_, manifest) = published_kind(cache, &located.tokens, EntryKind::Tokens)?.ok_or_else(vanished)?;
+            let outcome = TokenStoreOutcome {
+                fingerprint: located.tokens,
+                built: tokenized_here > 0,
+                shards_tokenized_here: tokenized_here,
+                tokenize_seconds: started.elapsed().as_secs_f64(),
+                tokens: manifest.totals.counts.tokens,
+            };
+            return Ok((manifest, outcome));
         }
     };
-    let tokenize_seconds = tokenize_started.elapsed().as_secs_f64();
+    let tokenize_seconds = started.elapsed().as_secs_f64();
     let publish_started = Instant::now();
-    let by_split = record::group(&located, records)?;
-    let columns = Columns::new(spec.output.token_type, &spec.sequence);
-    let max_length = (spec.sequence.pack != PackMode::None).then_some(spec.sequence.seq_len);
+    let by_split = record::group(located, records)?;
     let tokenizer_files = encoders
-        .files_for_readers(max_length)
+        .files_for_readers(None)
         .map_err(|message| TokenizerError::Load { source_name: encoders.source_name.clone(), message })?;
     let publish::Assembly { entry: assembly, data_files, files } =
-        publish::assemble(&build, &by_split.records, &columns, &spec.output.formats, &short, &tokenizer_files)?;
+        publish::assemble(&build, &by_split.records, &tokenizer_files)?;
     let build_record = BuildRecord {
         host: fsutil::whoami().host.clone(),
         pid: fsutil::whoami().pid,
@@ -200,7 +293,7 @@ pub fn prepare(spec: &Spec, cache: &CacheLayout, options: &PrepareOptions) -> Re
     };
     let making = record::Making {
         spec,
-        located: &located,
+        located,
         encoders: &encoders,
         kind,
         fast_off,
@@ -209,25 +302,36 @@ pub fn prepare(spec: &Spec, cache: &CacheLayout, options: &PrepareOptions) -> Re
     };
     let mut manifest = record::manifest(making, by_split.counts, &data_files, files);
     manifest.timings.publish_seconds = publish_started.elapsed().as_secs_f64();
-    manifest.timings.total_seconds = started.elapsed().as_secs_f64();
-    let won = publish::publish(cache, assembly, &manifest)?;
+    manifest.timings.total_seconds = started.elapsed().as_secs_f64() + located.hash_seconds;
+    let won = publish(cache, assembly, &manifest)?;
     encoders.free_in_background();
-    let entry = cache.entry(&short);
     if won {
         // Published: the build directory has served its purpose.
         let _ = untrusted::remove_tree_below(cache.root(), &Path::new(BUILDING_DIR).join(&short));
     } else {
-        manifest = Manifest::load(&entry.manifest())?;
+        manifest = Manifest::load(&cache.entry(&short).manifest())?;
     }
-    use_published(cache, spec, Prepared { entry, manifest, built: won, shards_tokenized_here: tokenized_here })
+    let outcome = TokenStoreOutcome {
+        fingerprint: located.tokens,
+        built: true,
+        shards_tokenized_here: tokenized_here,
+        tokenize_seconds,
+        tokens: manifest.totals.counts.tokens,
+    };
+    Ok((manifest, outcome))
 }
 
-/// Names the published entry after the spec and records its use.
+/// Names the published view after the spec and records its use.
 fn use_published(cache: &CacheLayout, spec: &Spec, prepared: Prepared) -> Result<Prepared, PrepareError> {
     let short = prepared.manifest.short_fingerprint().to_string();
-    publish::link_name(cache, &spec.name, &short)?;
+    link_name(cache, &spec.name, &short)?;
     mark_used(cache, &short);
     Ok(prepared)
+}
+
+/// The type a token store of this tokenizer keeps ids in.
+pub fn store_dtype(encoders: &Encoders) -> StoreDtype {
+    StoreDtype::for_vocabulary(encoders.vocab_size)
 }
 
 /// One task per input file, numbered within its split.
@@ -249,7 +353,7 @@ fn shard_tasks(located: &Located) -> Vec<shard::ShardTask> {
 
 /// The lease a builder holds from before it makes the build directory: gc on
 /// another node must never see the directory without a live holder.
-fn build_lease(cache: &CacheLayout, short: &str) -> Result<Lease, PrepareError> {
+pub fn build_lease(cache: &CacheLayout, short: &str) -> Result<Lease, PrepareError> {
     Ok(Lease::acquire(cache, short, "build").map_err(IoError::at("taking a build lease in", cache.root()))?)
 }
 
@@ -270,7 +374,7 @@ fn set_up_build(
         let Err(err) = cache.create_own_dirs(&dirs) else {
             return Ok(None);
         };
-        if let Some(found) = published(cache, &located.fingerprint)? {
+        if let Some(found) = published_kind(cache, &located.tokens, EntryKind::Tokens)? {
             return Ok(Some(found));
         }
         if err.kind() != std::io::ErrorKind::NotFound || attempt == 5 {
@@ -297,14 +401,14 @@ fn tokenize_all<'a>(
     tasks: &[shard::ShardTask],
 ) -> Result<Together<'a>, PrepareError> {
     let BuildRun { spec, cache, options, located, encoders, build } = *run;
-    let _progress_file = progress_ticker(build, spec, &located.fingerprint, tasks.len() as u64);
+    let _progress_file = progress_ticker(build, spec, &located.tokens, tasks.len() as u64);
     let counters = Arc::new(BuildCounters::default());
     let budget = budget::Budget::for_threads(options.jobs);
     let context = shard::ShardContext {
         spec,
         encoders,
         selector: Selector::new(&spec.source.text_field, &spec.filter),
-        columns: Columns::new(spec.output.token_type, &spec.sequence),
+        dtype: store_dtype(encoders),
         build,
         counters: &counters,
         budget: &budget,
@@ -315,7 +419,7 @@ fn tokenize_all<'a>(
     let total_input_bytes: u64 = tasks.iter().map(|t| t.input.size).sum();
     let _reporter =
         start_reporter(options.progress, counters.clone(), build.clone(), tasks.len() as u64, total_input_bytes);
-    build_together(&context, claims, tasks, &pool, cache, &located.fingerprint)
+    build_together(&context, claims, tasks, &pool, cache, &located.tokens)
 }
 
 fn start_reporter(
@@ -342,7 +446,7 @@ fn start_reporter(
 
 /// Keeps this builder's progress file fresh every two seconds; it is removed with
 /// the build directory (or by `gc` when the builder died).
-fn progress_ticker(build: &BuildLayout, spec: &Spec, fingerprint: &Fingerprint, shards_total: u64) -> Ticker {
+pub fn progress_ticker(build: &BuildLayout, spec: &Spec, fingerprint: &Fingerprint, shards_total: u64) -> Ticker {
     let (host, pid) = (fsutil::whoami().host.clone(), fsutil::whoami().pid);
     let path = build.progress_file(&host, pid);
     let build = build.clone();
@@ -383,8 +487,10 @@ pub fn mark_used(cache: &CacheLayout, short_fingerprint: &str) {
 impl Failure for PrepareError {
     fn fault(&self) -> Fault {
         match self {
+            PrepareError::View(view) => view.fault(),
+            PrepareError::Gc(gc) => gc.fault(),
             // Writing and I/O failures are the user's when the disk or permissions are.
-            PrepareError::Write(_) | PrepareError::Io(_) => Fault::Cause,
+            PrepareError::Io(_) => Fault::Cause,
             PrepareError::Threads(_) => Fault::Internal,
             _ => Fault::User,
         }

@@ -1,6 +1,7 @@
 //! One shard as a pipeline that keeps every core busy with few shards: the shard's
 //! reader parses and batches documents, the worker pool encodes several batches
-//! at once, and one writer thread packs and writes them in input order. `--jobs`
+//! at once, and one writer thread writes their documents to the token store's
+//! shard files in input order. `--jobs`
 //! counts the pool's threads; where they leave a CPU free, the reader has a thread
 //! of its own, else it runs on the pool thread that runs the shard.
 //! Batch boundaries depend only on the input and rows are emitted in batch
@@ -14,11 +15,10 @@ use std::time::Instant;
 
 use rayon::prelude::*;
 
-use crate::cache::formats::RowSink;
+use crate::cache::layout::token_store_file;
 use crate::cache::manifest::EncoderKind;
 use crate::cache::manifest::{Counts, InputRecord, WrittenFile};
-use crate::cache::writer::PartWriter;
-use crate::pack::{PackStats, Packer};
+use crate::cache::token_store::DocumentWriter;
 use crate::source::{self, Document, DocumentReader, Item};
 use crate::spec::BadRecordPolicy;
 
@@ -44,26 +44,23 @@ pub(super) fn tokenize(context: &ShardContext, task: &ShardTask, kind: EncoderKi
     let path = &task.input.path;
     let reader = source::open(path, context.spec.source.format, &context.selector)?;
     let (read, written) = run(context, task, kind, reader)?;
+    // A token store's rows are its documents.
     let counts = Counts {
         input_bytes: task.input.size,
         documents: read.documents,
         filtered_documents: read.filtered,
         skipped_records: read.skipped,
-        rows: written.files.iter().map(|f| f.rows).sum(),
-        tokens: written.files.iter().map(|f| f.tokens).sum(),
-        remainder_tokens: written.stats.remainder_tokens,
-        truncated_tokens: written.stats.truncated_tokens,
+        rows: read.documents,
+        tokens: written.files[0].tokens,
         ..written.documents
     };
-    let (files, format_files) = (written.files, written.formats);
     let record = ShardRecord {
         split: task.split.clone(),
         shard: task.shard,
         input: InputRecord::new(&task.input, &task.hash),
         encoder: kind,
         counts,
-        files,
-        format_files,
+        files: written.files.to_vec(),
         seconds: started.elapsed().as_secs_f64(),
         host: crate::fsutil::whoami().host.clone(),
         pid: crate::fsutil::whoami().pid,
@@ -170,29 +167,22 @@ pub(super) struct ReadTotals {
 
 /// What writing the shard produced.
 pub(super) struct Written {
-    pub stats: PackStats,
     /// Document lengths and tokens per source (the other counts are zero).
     pub documents: Counts,
-    pub files: Vec<WrittenFile>,
-    /// Token parts for the extra output formats (none without them).
-    pub formats: Vec<WrittenFile>,
+    /// The shard's `.bin` and `.idx`, named as the token store holds them.
+    pub files: [WrittenFile; 2],
 }
 
-/// Reads, encodes, packs and writes one shard; the first error in input order wins.
+/// Reads, encodes and writes one shard; the first error in input order wins.
 pub(super) fn run(
     context: &ShardContext,
     task: &ShardTask,
     kind: EncoderKind,
     reader: Box<dyn DocumentReader>,
 ) -> Result<(ReadTotals, Written), ShardError> {
-    let sequence = &context.spec.sequence;
-    let packer = Packer::new(sequence.pack, sequence.seq_len);
     let build = context.build;
-    let arrow = PartWriter::new(context.columns, context.spec.output.target_shard_bytes, |part| {
-        build.part_file(&task.split, task.shard, part)
-    });
-    let output = &context.spec.output;
-    let writer = RowSink::new(arrow, &output.formats, output.token_type, build, &task.split, task.shard)?;
+    let [bin, idx] = ["bin", "idx"].map(|extension| build.document_part(&task.split, task.shard, extension));
+    let writer = DocumentWriter::create(&bin, &idx, context.dtype)?;
     let cancelled = AtomicBool::new(false);
     let (sender, receiver) = channel();
     let (writer_running, writer_done) = channel::<()>();
@@ -201,7 +191,7 @@ pub(super) fn run(
         let writing = threads.spawn(move || {
             // Dropped when writing ends, however it ends: that tells the pool thread.
             let _running = writer_running;
-            write_in_order(context, receiver, packer, writer, cancelled)
+            write_in_order(context, task, receiver, writer, cancelled)
         });
         let dispatch = Dispatch { context, path: &task.input.path, kind, sender, cancelled };
         let mut reading = Reading::new(context, task, reader, cancelled);
@@ -396,13 +386,13 @@ fn receive_running_queued_work<T>(receiver: &Receiver<T>) -> Option<T> {
     })
 }
 
-/// The writing end, the one place rows are emitted: takes encoded batches in
-/// input order, packs them into rows and writes the rows.
-fn write_in_order<F: Fn(usize) -> std::path::PathBuf>(
+/// The writing end, the one place documents are written: takes encoded batches in
+/// input order and appends their documents to the shard's files.
+fn write_in_order(
     context: &ShardContext,
+    task: &ShardTask,
     receiver: Receiver<Encoded>,
-    mut packer: Packer,
-    mut writer: RowSink<F>,
+    mut writer: DocumentWriter,
     cancelled: &AtomicBool,
 ) -> Result<Written, ShardError> {
     let mut waiting: BTreeMap<u64, Encoded> = BTreeMap::new();
@@ -419,7 +409,7 @@ fn write_in_order<F: Fn(usize) -> std::path::PathBuf>(
             next += 1;
             let emitted = encoded.result.and_then(|EncodedBatch { ids: documents, sources }| {
                 for (ids, source) in documents.iter().zip(&sources) {
-                    packer.push(ids, |row| writer.push_row(row))?;
+                    writer.push(ids)?;
                     documents_seen.add_document(ids.len() as u64, source.as_deref());
                 }
                 let tokens: u64 = documents.iter().map(|ids| ids.len() as u64).sum();
@@ -438,9 +428,9 @@ fn write_in_order<F: Fn(usize) -> std::path::PathBuf>(
     if let Some(err) = failure {
         return Err(err);
     }
-    let stats = packer.finish();
-    let written = writer.finish()?;
-    Ok(Written { stats, documents: documents_seen, files: written.arrow, formats: written.formats })
+    let [bin, idx] = ["bin", "idx"].map(|extension| token_store_file(&task.split, task.shard, extension));
+    let files = writer.finish(bin, idx)?;
+    Ok(Written { documents: documents_seen, files })
 }
 
 #[cfg(test)]

@@ -1,13 +1,14 @@
-//! The manifest of a finished build: shard records grouped by split, per-split
-//! counts (a split left without documents is an error), inputs, files and how
-//! the entry was made.
+//! The manifest of a finished token store: shard records grouped by split,
+//! per-split counts (a split left without documents is an error), inputs, files
+//! and how the documents were tokenized.
 
 use std::collections::BTreeMap;
 
 use crate::cache::manifest::EncoderKind;
 use crate::cache::manifest::WrittenFile;
 use crate::cache::manifest::{
-    BuildRecord, Counts, InputRecord, MANIFEST_VERSION, Manifest, SplitRecord, Timings, TokenizerRecord, Totals,
+    BuildRecord, Counts, DocumentsRecord, EntryKind, InputRecord, MANIFEST_VERSION, Manifest, SplitRecord,
+    StoreDtype, Timings, TokenizerRecord, Totals,
 };
 use crate::spec::Spec;
 use crate::tokenizer::Encoders;
@@ -55,7 +56,7 @@ pub struct Making<'a> {
     pub tokenize_seconds: f64,
 }
 
-/// The manifest of the assembled entry; the caller fills in the publish and total times.
+/// The manifest of the assembled token store; the caller fills in the publish and total times.
 pub fn manifest(
     making: Making,
     mut split_counts: BTreeMap<String, Counts>,
@@ -73,11 +74,11 @@ pub fn manifest(
     }
     Manifest {
         manifest_version: MANIFEST_VERSION,
-        fingerprint: located.fingerprint.full(),
+        fingerprint: located.tokens.full(),
         name: spec.name.clone(),
         tool_version: env!("CARGO_PKG_VERSION").to_string(),
         created_unix: crate::fsutil::now_unix(),
-        spec: spec.canonical(),
+        spec: spec.tokens_canonical(),
         tokenizer: TokenizerRecord {
             source: encoders.source_name.clone(),
             blake3: located.tokenizer_identity.to_hex().to_string(),
@@ -86,11 +87,18 @@ pub fn manifest(
             fast_unavailable: fast_off.or_else(|| encoders.fast_unavailable.clone()),
             bos_id: encoders.bos_eos.prepend,
             eos_id: encoders.bos_eos.append,
+            pad_id: encoders.pad_id,
+            bos_token: encoders.special.bos.clone(),
+            eos_token: encoders.special.eos.clone(),
         },
         splits,
         files,
         totals,
         timings: Timings { hash_inputs_seconds: located.hash_seconds, tokenize_seconds, ..Timings::default() },
         build,
+        kind: EntryKind::Tokens,
+        token_store: None,
+        packing: None,
+        documents: Some(DocumentsRecord { dtype: StoreDtype::for_vocabulary(encoders.vocab_size) }),
     }
 }

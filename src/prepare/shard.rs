@@ -12,8 +12,8 @@ use crate::cache::layout::BuildLayout;
 use crate::cache::manifest::EncoderKind;
 use crate::cache::manifest::InputFile;
 use crate::cache::manifest::{Counts, InputRecord, WrittenFile};
-use crate::cache::writer::{Columns, WriteError};
-use crate::errors::{Failure, Fault};
+use crate::cache::manifest::StoreDtype;
+use crate::errors::{Failure, Fault, IoError};
 use crate::fsutil::untrusted;
 use crate::source::{RecordProblem, Selector, SourceError};
 use crate::spec::Spec;
@@ -32,7 +32,7 @@ pub enum ShardError {
     #[error("input {path} line {record}")]
     Encode { path: PathBuf, record: u64, source: EncodeError },
     #[error(transparent)]
-    Write(#[from] WriteError),
+    Write(#[from] IoError),
     #[error("input {path} line {record}: the fast encoder's ids differ from the tokenizer's")]
     FastPathMismatch { path: PathBuf, record: u64 },
     #[error("writing shard record {path}")]
@@ -47,11 +47,8 @@ pub struct ShardRecord {
     pub input: InputRecord,
     pub encoder: EncoderKind,
     pub counts: Counts,
-    /// Part files in order, names relative to the split's parts directory.
+    /// The shard's `.bin` and `.idx`, paths as the token store holds them.
     pub files: Vec<WrittenFile>,
-    /// Parts for the extra output formats, relative to the same directory.
-    #[serde(default)]
-    pub format_files: Vec<WrittenFile>,
     pub seconds: f64,
     pub host: String,
     pub pid: u32,
@@ -79,7 +76,8 @@ pub struct ShardContext<'a> {
     pub spec: &'a Spec,
     pub encoders: &'a Encoders,
     pub selector: Selector,
-    pub columns: Columns,
+    /// The type the token store keeps ids in.
+    pub dtype: StoreDtype,
     pub build: &'a BuildLayout,
     pub counters: &'a BuildCounters,
     /// Batches in flight across every shard of the build.
@@ -99,10 +97,11 @@ impl ShardContext<'_> {
         let bytes = untrusted::read_regular(&self.build.shard_record(&task.split, task.shard), 16 << 20).ok()?;
         let record: ShardRecord = serde_json::from_slice(&bytes).ok()?;
         let same_input = record.input.blake3 == task.hash.to_hex().as_str();
-        let parts_present = record.files.iter().chain(&record.format_files).all(|file| {
-            let path = self.build.parts_dir(&task.split).join(&file.path);
-            std::fs::metadata(path).is_ok_and(|m| m.len() == file.size)
-        });
+        let parts_present = record.files.len() == 2
+            && ["bin", "idx"].iter().zip(&record.files).all(|(extension, file)| {
+                let path = self.build.document_part(&task.split, task.shard, extension);
+                std::fs::metadata(path).is_ok_and(|m| m.len() == file.size)
+            });
         (same_input && record.encoder == kind && parts_present).then_some(record)
     }
 }

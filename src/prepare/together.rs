@@ -14,7 +14,13 @@ use crate::fsutil::{self, untrusted};
 
 use super::claims::{self, ClaimGuard, Claims};
 use super::shard::{self, ShardError, ShardRecord};
-use super::{PrepareError, published};
+use super::{PrepareError, published_kind};
+use crate::cache::manifest::EntryKind;
+
+/// Whether the token store being built was published (by any task).
+fn published(cache: &CacheLayout, fingerprint: &Fingerprint) -> Result<Option<()>, PrepareError> {
+    Ok(published_kind(cache, fingerprint, EntryKind::Tokens)?.map(drop))
+}
 
 /// How this task's part of a shared build ended.
 pub(super) enum Together<'a> {

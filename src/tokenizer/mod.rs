@@ -49,7 +49,7 @@ use crate::errors::{Failure, Fault, caught_quietly};
 use crate::hub::{HubError, HubRepo, RepoType};
 use crate::spec::Spec;
 pub use fast::{FastEncoder, Unsupported};
-use for_readers::SpecialTokens;
+pub use for_readers::{SpecialTokens, files as reader_files};
 pub use gpt2::builtin_tokenizer_json as builtin_gpt2_json;
 pub use kind::EncoderKind;
 pub use ranks::{Ranks, llama3_style_tokenizer_json};
@@ -409,7 +409,9 @@ pub struct Encoders {
     add_special_tokens: bool,
     pub bos_eos: BosEos,
     pub vocab_size: u64,
-    special: SpecialTokens,
+    /// What padded rows are padded with: the tokenizer's pad token, else EOS.
+    pub pad_id: Option<u32>,
+    pub special: SpecialTokens,
 }
 
 impl Encoders {
@@ -436,6 +438,7 @@ impl Encoders {
             message: err.to_string(),
         };
         let memo = || Some(written::Memo::read(memo_dir?, confirmed_memo_key.as_deref()?));
+        let pad_id = pad_token(&reference);
         // Truncation or padding stored in a tokenizer.json would silently cut or pad
         // documents; packing is ferry's job. Readers get the tokenizer as encoding used it.
         let plain = reference.get_truncation().is_none() && reference.get_padding().is_none();
@@ -473,6 +476,7 @@ impl Encoders {
             Some(Err(Unsupported(reason))) => (None, Some(reason)),
         };
         let special = special_tokens(spec, &reference);
+        let pad_id = pad_id.or_else(|| special.eos.as_deref().and_then(|eos| reference.token_to_id(eos)));
         release_freed_heap();
         Ok(Encoders {
             source_name,
@@ -484,6 +488,7 @@ impl Encoders {
             add_special_tokens,
             bos_eos,
             vocab_size,
+            pad_id,
             special,
         })
     }
@@ -609,6 +614,18 @@ const PROBE_TEXT: &str = "Hello world!";
 /// does not name them.
 const BOS_CANDIDATES: &[&str] = &["<s>", "<bos>", "<|begin_of_text|>", "<|endoftext|>", "[CLS]"];
 const EOS_CANDIDATES: &[&str] = &["</s>", "<eos>", "<|end_of_text|>", "<|endoftext|>", "[SEP]"];
+/// Pad tokens by the names released tokenizers give them (T5 and Llama-2 ports,
+/// BERT, Qwen2's, Llama-3.1's reserved one).
+const PAD_CANDIDATES: &[&str] = &["<pad>", "[PAD]", "<|pad|>", "<|padding|>", "<|finetune_right_pad_id|>"];
+
+/// The tokenizer's pad token: the one its padding settings name, else the first
+/// it knows by a pad token's usual name.
+fn pad_token(reference: &tokenizers::Tokenizer) -> Option<u32> {
+    reference
+        .get_padding()
+        .map(|padding| padding.pad_id)
+        .or_else(|| PAD_CANDIDATES.iter().find_map(|candidate| reference.token_to_id(candidate)))
+}
 
 /// The BOS and EOS tokens' text, for readers of the entry: as the spec names them, else
 /// the first candidate the vocabulary holds.

@@ -1,10 +1,12 @@
-//! Token layouts written beside the Arrow files of an entry, for trainers that do
+//! Token layouts written beside the Arrow files of a view, for trainers that do
 //! not read `datasets`: Megatron-LM / GPT-NeoX indexed datasets and flat token files.
 //!
-//! Both are made from the same two per-shard parts, written while tokenizing by a
-//! [`RowSink`]: the shard's tokens in the declared dtype, row after row, and the
-//! length of every row. At publish the parts of a split are put together in shard
-//! order, so the result is the same whatever the worker count.
+//! Both are made from the same per-unit parts, written while the view's rows are
+//! written by a [`RowSink`]: the unit's tokens in the declared dtype, row after row,
+//! the length of every row, and, where rows hold several documents that a reader
+//! keeps apart (`position_ids`, `best_fit`), every document piece's place. At
+//! publish the parts of a split are put together in unit order, so the result is
+//! the same whatever the worker count.
 
 pub mod flat;
 pub mod megatron;
@@ -12,45 +14,47 @@ mod parts;
 
 use std::path::{Path, PathBuf};
 
-use crate::cache::layout::BuildLayout;
 use crate::cache::manifest::WrittenFile;
-use crate::cache::writer::{PartWriter, WriteError};
+use crate::cache::writer::{PartWriter, Row, WriteError};
 use crate::errors::IoError;
 use crate::fsutil;
 use crate::spec::{Formats, TokenType};
 
-pub use parts::TokenParts;
+pub use parts::{TokenParts, UnitParts};
 
-/// Receives every row a shard produces and fans it out to the Arrow writer and,
-/// when extra formats are asked for, to the shard's token parts.
+/// Receives every row a view unit produces and fans it out to the Arrow writer and,
+/// when extra formats are asked for, to the unit's token parts.
 pub struct RowSink<F: Fn(usize) -> PathBuf> {
     arrow: PartWriter<F>,
     tokens: Option<TokenParts>,
 }
 
-/// What a shard wrote: its Arrow files and its token parts (empty without extra formats).
+/// What a unit wrote: its Arrow files and its token parts (none without extra formats).
 pub struct SinkFiles {
     pub arrow: Vec<WrittenFile>,
-    pub formats: Vec<WrittenFile>,
+    pub formats: Option<UnitParts>,
+}
+
+/// What the extra formats need of a view's rows.
+#[derive(Debug, Clone, Copy)]
+pub struct FormatsPlan<'a> {
+    pub formats: &'a Formats,
+    pub token_type: TokenType,
+    /// Rows hold documents a reader keeps apart: their pieces are recorded.
+    pub documents: bool,
 }
 
 impl<F: Fn(usize) -> PathBuf> RowSink<F> {
-    pub fn new(
-        arrow: PartWriter<F>,
-        formats: &Formats,
-        token_type: TokenType,
-        build: &BuildLayout,
-        split: &str,
-        shard: usize,
-    ) -> Result<Self, WriteError> {
-        let tokens = match formats.any_extra() {
-            true => Some(TokenParts::create(build, split, shard, token_type)?),
+    /// `part(kind)` names the unit's token part of that kind.
+    pub fn new(arrow: PartWriter<F>, plan: FormatsPlan, part: impl Fn(&str) -> PathBuf) -> Result<Self, WriteError> {
+        let tokens = match plan.formats.any_extra() {
+            true => Some(TokenParts::create(&part, plan.token_type, plan.documents)?),
             false => None,
         };
         Ok(RowSink { arrow, tokens })
     }
 
-    pub fn push_row(&mut self, row: &[u32]) -> Result<(), WriteError> {
+    pub fn push_row(&mut self, row: Row) -> Result<(), WriteError> {
         if let Some(tokens) = &mut self.tokens {
             tokens.push_row(row)?;
         }
@@ -59,70 +63,87 @@ impl<F: Fn(usize) -> PathBuf> RowSink<F> {
 
     pub fn finish(self) -> Result<SinkFiles, WriteError> {
         let formats = match self.tokens {
-            Some(tokens) => tokens.finish()?,
-            None => Vec::new(),
+            Some(tokens) => Some(tokens.finish()?),
+            None => None,
         };
         Ok(SinkFiles { arrow: self.arrow.finish()?, formats })
     }
 }
 
-/// One split's shards, in order, as the publisher sees them.
-pub struct SplitShards<'a> {
-    pub split: &'a str,
-    /// Shard numbers in shard order.
-    pub shards: Vec<usize>,
-    pub rows: u64,
-    pub tokens: u64,
-    /// Each shard's token part as its record gives it (size and blake3), in shard order.
-    pub token_parts: Vec<WrittenFile>,
-}
-
-/// What the formats of one split are made from: the shards' parts, in shard order.
+/// What the formats of one split are made from: its units' parts, in unit order.
 pub struct SplitParts<'a> {
-    pub shards: &'a SplitShards<'a>,
-    pub tokens: Vec<PathBuf>,
-    pub lengths: Vec<PathBuf>,
+    pub split: &'a str,
+    pub units: &'a [UnitParts],
     pub token_type: TokenType,
 }
 
 impl SplitParts<'_> {
+    pub fn rows(&self) -> u64 {
+        self.units.iter().map(|unit| unit.rows).sum()
+    }
+
+    pub fn tokens(&self) -> u64 {
+        self.units.iter().map(|unit| unit.tokens_count).sum()
+    }
+
+    /// Document pieces across units, when they were recorded.
+    pub fn pieces(&self) -> Option<u64> {
+        self.units.iter().map(|unit| unit.pieces.as_ref().map(|_| unit.piece_count)).sum()
+    }
+
     /// Puts the token parts together as `target`: a single part is hard-linked (its
     /// size and hash are known from when it was written), several are concatenated.
     fn join_tokens(&self, target: &Path, relative: String) -> Result<WrittenFile, WriteError> {
-        match (&self.tokens[..], &self.shards.token_parts[..]) {
-            ([part], [known]) => {
+        match self.units {
+            [unit] => {
                 fsutil::create_dir_all(target.parent().unwrap_or(Path::new(".")))
                     .map_err(IoError::at("writing", target))?;
-                std::fs::hard_link(part, target).map_err(IoError::at("writing", target))?;
-                Ok(WrittenFile { path: relative, rows: 0, tokens: 0, ..known.clone() })
+                std::fs::hard_link(&unit.tokens.0, target).map_err(IoError::at("writing", target))?;
+                Ok(WrittenFile { path: relative, rows: 0, tokens: 0, ..unit.tokens.1.clone() })
             }
-            _ => parts::concatenate(&self.tokens, target, relative),
+            _ => {
+                let parts: Vec<PathBuf> = self.units.iter().map(|unit| unit.tokens.0.clone()).collect();
+                parts::concatenate(&parts, target, relative)
+            }
         }
+    }
+
+    /// Calls `each` with every document piece of the split as (start, length), start
+    /// counted in tokens from the split's first, in order.
+    fn for_each_piece(&self, mut each: impl FnMut(u64, u32) -> Result<(), WriteError>) -> Result<(), WriteError> {
+        let mut base = 0;
+        for unit in self.units {
+            if let Some(pieces) = &unit.pieces {
+                parts::for_each_record::<12>(std::slice::from_ref(pieces), |record| {
+                    let start = u64::from_le_bytes(record[..8].try_into().unwrap_or_default());
+                    let length = u32::from_le_bytes(record[8..].try_into().unwrap_or_default());
+                    each(base + start, length)
+                })?;
+            }
+            base += unit.tokens_count;
+        }
+        Ok(())
+    }
+
+    fn lengths(&self) -> Vec<PathBuf> {
+        self.units.iter().map(|unit| unit.lengths.clone()).collect()
     }
 }
 
 /// Writes the extra formats of one split into the assembly at `entry_root`,
 /// returning their files (paths relative to the entry) for the manifest.
-pub fn assemble_split(
-    build: &BuildLayout,
-    entry_root: &Path,
-    shards: &SplitShards,
-    formats: &Formats,
-    token_type: TokenType,
-) -> Result<Vec<WrittenFile>, WriteError> {
+pub fn assemble_split(entry_root: &Path, parts: &SplitParts, formats: &Formats) -> Result<Vec<WrittenFile>, WriteError> {
     let mut files = Vec::new();
     if !formats.any_extra() {
         return Ok(files);
     }
-    let part = |kind| shards.shards.iter().map(|&shard| build.format_part(shards.split, shard, kind)).collect();
-    let parts = SplitParts { shards, tokens: part("tokens"), lengths: part("lengths"), token_type };
     // Both formats hold the same token bytes: the second is a hard link to the first.
     let mut data: Option<WrittenFile> = None;
     if formats.megatron() {
-        data = Some(megatron::write_split(entry_root, &parts, &mut files)?);
+        data = Some(megatron::write_split(entry_root, parts, &mut files)?);
     }
     if formats.flat() {
-        flat::write_split(entry_root, &parts, data.as_ref(), &mut files)?;
+        flat::write_split(entry_root, parts, data.as_ref(), &mut files)?;
     }
     Ok(files)
 }

@@ -1,62 +1,112 @@
-//! The pieces the extra formats are made of: per-shard token and row-length parts,
-//! and a kernel-side concatenation.
+//! The pieces the extra formats are made of: per-unit token, row-length and
+//! document-piece parts, and a kernel-side concatenation.
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
 
 use crate::cache::hashed_file::HashedFile;
-use crate::cache::layout::BuildLayout;
 use crate::cache::manifest::WrittenFile;
-use crate::cache::writer::WriteError;
+use crate::cache::writer::{Row, WriteError};
 use crate::fsutil;
 use crate::spec::TokenType;
 
 use crate::errors::IoError;
 
-/// One shard's rows for the extra formats: `<shard>.tokens` (the ids in the entry's
-/// dtype, little-endian, row after row) and `<shard>.lengths` (u32 per row).
+/// One unit's rows for the extra formats: `tokens` (the ids in the view's dtype,
+/// little-endian, row after row), `lengths` (u32 per row, padding included) and,
+/// where rows hold documents a reader keeps apart, `pieces` (per run of one
+/// document in a row: u64 start in tokens from the unit's first, u32 length).
 pub struct TokenParts {
     tokens: HashedFile,
     lengths: HashedFile,
+    pieces: Option<HashedFile>,
     token_type: TokenType,
     rows: u64,
     count: u64,
+    piece_count: u64,
     buffer: Vec<u8>,
 }
 
+/// A unit's finished parts: paths, and what the publisher needs to know of them.
+#[derive(Debug, Clone)]
+pub struct UnitParts {
+    /// The tokens part and its record (size and blake3, known from writing it).
+    pub tokens: (PathBuf, WrittenFile),
+    pub lengths: PathBuf,
+    pub pieces: Option<PathBuf>,
+    pub rows: u64,
+    pub tokens_count: u64,
+    pub piece_count: u64,
+}
+
+impl UnitParts {
+    pub fn tokens(&self) -> u64 {
+        self.tokens_count
+    }
+}
+
 impl TokenParts {
-    pub fn create(build: &BuildLayout, split: &str, shard: usize, token_type: TokenType) -> Result<Self, WriteError> {
+    pub fn create(part: &impl Fn(&str) -> PathBuf, token_type: TokenType, documents: bool) -> Result<Self, WriteError> {
         Ok(TokenParts {
-            tokens: HashedFile::create(&build.format_part(split, shard, "tokens"))?,
-            lengths: HashedFile::create(&build.format_part(split, shard, "lengths"))?,
+            tokens: HashedFile::create(&part("tokens"))?,
+            lengths: HashedFile::create(&part("lengths"))?,
+            pieces: match documents {
+                true => Some(HashedFile::create(&part("pieces"))?),
+                false => None,
+            },
             token_type,
             rows: 0,
             count: 0,
+            piece_count: 0,
             buffer: Vec::new(),
         })
     }
 
-    pub fn push_row(&mut self, row: &[u32]) -> Result<(), WriteError> {
+    pub fn push_row(&mut self, row: Row) -> Result<(), WriteError> {
         self.buffer.clear();
-        encode_tokens(row, self.token_type, &mut self.buffer);
+        encode_tokens(row.tokens, self.token_type, &mut self.buffer);
         self.tokens.append(&self.buffer)?;
         // Rows are far below 2^31 tokens: one row is held in memory as it is packed.
-        self.lengths.append(&(row.len() as u32).to_le_bytes())?;
+        self.lengths.append(&(row.tokens.len() as u32).to_le_bytes())?;
+        if let Some(pieces) = &mut self.pieces {
+            self.buffer.clear();
+            for (start, length) in row.segments() {
+                self.buffer.extend_from_slice(&(self.count + start as u64).to_le_bytes());
+                self.buffer.extend_from_slice(&(length as u32).to_le_bytes());
+                self.piece_count += 1;
+            }
+            pieces.append(&self.buffer)?;
+        }
         self.rows += 1;
-        self.count += row.len() as u64;
+        self.count += row.tokens.len() as u64;
         Ok(())
     }
 
-    pub fn finish(self) -> Result<Vec<WrittenFile>, WriteError> {
+    pub fn finish(self) -> Result<UnitParts, WriteError> {
         let name =
             |file: &HashedFile| file.path().file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-        let (tokens_name, lengths_name) = (name(&self.tokens), name(&self.lengths));
-        let mut tokens = self.tokens.finish(tokens_name)?;
-        let mut lengths = self.lengths.finish(lengths_name)?;
-        for file in [&mut tokens, &mut lengths] {
-            (file.rows, file.tokens) = (self.rows, self.count);
-        }
-        Ok(vec![tokens, lengths])
+        let tokens_path = self.tokens.path().to_path_buf();
+        let lengths_path = self.lengths.path().to_path_buf();
+        let tokens_name = name(&self.tokens);
+        let tokens = self.tokens.finish(tokens_name.clone())?;
+        let lengths_name = name(&self.lengths);
+        self.lengths.finish(lengths_name)?;
+        let pieces = match self.pieces {
+            Some(pieces) => {
+                let path = pieces.path().to_path_buf();
+                pieces.finish(tokens_name)?;
+                Some(path)
+            }
+            None => None,
+        };
+        Ok(UnitParts {
+            tokens: (tokens_path, tokens),
+            lengths: lengths_path,
+            pieces,
+            rows: self.rows,
+            tokens_count: self.count,
+            piece_count: self.piece_count,
+        })
     }
 }
 
@@ -111,13 +161,21 @@ pub fn for_each_length(
     parts: &[PathBuf],
     mut each: impl FnMut(u32) -> Result<(), WriteError>,
 ) -> Result<(), WriteError> {
-    let mut block = vec![0u8; 1 << 20];
+    for_each_record::<4>(parts, |record| each(u32::from_le_bytes(*record)))
+}
+
+/// Calls `each` with every `N`-byte record of the parts, in order, reading them in blocks.
+pub fn for_each_record<const N: usize>(
+    parts: &[PathBuf],
+    mut each: impl FnMut(&[u8; N]) -> Result<(), WriteError>,
+) -> Result<(), WriteError> {
+    let mut block = vec![0u8; (1 << 20) / N * N];
     for part in parts {
         let mut input = std::io::BufReader::new(File::open(part).map_err(IoError::at("reading", part))?);
         loop {
             let read = read_full(&mut input, &mut block).map_err(IoError::at("reading", part))?;
-            for length in block[..read].chunks_exact(4) {
-                each(u32::from_le_bytes([length[0], length[1], length[2], length[3]]))?;
+            for record in block[..read].chunks_exact(N) {
+                each(record.try_into().unwrap_or(&[0; N]))?;
             }
             if read < block.len() {
                 break;
@@ -151,5 +209,24 @@ mod tests {
         out.clear();
         encode_tokens(&[0x0102_0304, 7], TokenType::Int32, &mut out);
         assert_eq!(out, [4, 3, 2, 1, 7, 0, 0, 0]);
+    }
+
+    #[test]
+    fn pieces_are_the_documents_of_rows_counted_from_the_units_first_token() {
+        let dir = tempfile::tempdir().unwrap();
+        let part = |kind: &str| dir.path().join(format!("0.{kind}"));
+        let mut parts = TokenParts::create(&part, TokenType::Int32, true).unwrap();
+        parts.push_row(Row { tokens: &[1, 2, 3, 0], starts: &[2], padding: 1 }).unwrap();
+        parts.push_row(Row { tokens: &[4, 5], starts: &[], padding: 0 }).unwrap();
+        let unit = parts.finish().unwrap();
+        assert_eq!((unit.rows, unit.tokens(), unit.piece_count), (2, 6, 3));
+        let mut pieces = Vec::new();
+        for_each_record::<12>(&[unit.pieces.unwrap()], |record| {
+            let start = u64::from_le_bytes(record[..8].try_into().unwrap());
+            pieces.push((start, u32::from_le_bytes(record[8..].try_into().unwrap())));
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!(pieces, [(0, 2), (2, 1), (4, 2)]);
     }
 }

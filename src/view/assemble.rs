@@ -1,0 +1,184 @@
+//! A view's units put together as an entry in a private assembly directory: Arrow
+//! parts hard-linked under their `datasets` names, split metadata, the extra
+//! formats, `dataset_dict.json`, the tokenizer files (the token store's
+//! `tokenizer.json`, and a `tokenizer_config.json` with the view's row length),
+//! and the manifest.
+
+use std::collections::BTreeMap;
+
+use crate::cache::formats::{self, SplitParts, UnitParts};
+use crate::cache::layout::{BuildLayout, EntryLayout, data_file_name};
+use crate::cache::manifest::{
+    BuildRecord, Counts, EntryKind, MANIFEST_VERSION, Manifest, PackingRecord, SplitRecord, Timings, TokenStoreRef,
+    Totals, WrittenFile,
+};
+use crate::cache::publish::{clear_assembly, hash_small_file, write_root_files};
+use crate::cache::writer::{self, Columns};
+use crate::errors::IoError;
+use crate::fsutil;
+use crate::prepare::{Located, TokenStoreOutcome};
+use crate::spec::{PackMode, Spec};
+use crate::tokenizer::{SpecialTokens, reader_files};
+
+use super::store::TokenStore;
+use super::{SplitOutput, ViewError};
+
+/// The largest `tokenizer.json` read from a token store (the biggest released ones are ~20 MB).
+const MAX_TOKENIZER_BYTES: u64 = 256 << 20;
+
+/// What the manifest records of how the view was made.
+pub struct Made<'a> {
+    pub spec: &'a Spec,
+    pub located: &'a Located,
+    pub tokenized: &'a TokenStoreOutcome,
+    pub store: &'a TokenStore<'a>,
+    pub jobs: usize,
+    pub view_seconds: f64,
+}
+
+/// Lays out the view and makes its manifest (the caller fills in the publish and total times).
+pub fn assemble(
+    build: &BuildLayout,
+    made: &Made,
+    outputs: Vec<(String, SplitOutput)>,
+) -> Result<(EntryLayout, Manifest), ViewError> {
+    let Made { spec, store, .. } = *made;
+    let short = made.located.view.short();
+    let assembly = build.assembly(&fsutil::host_name(), std::process::id());
+    clear_assembly(build.root(), &assembly)?;
+    let columns = Columns::new(spec.output.token_type, &spec.sequence);
+    let mut files = Vec::new();
+    let mut splits = BTreeMap::new();
+    let mut stats = super::plan::PlanStats::default();
+    for (split, output) in outputs {
+        let data_files = link_arrow_parts(build, &assembly, &split, &output, &columns, &short, &mut files)?;
+        let units: Vec<UnitParts> = output.units.iter().filter_map(|unit| unit.formats.clone()).collect();
+        let parts = SplitParts { split: &split, units: &units, token_type: spec.output.token_type };
+        files.extend(formats::assemble_split(assembly.root(), &parts, &spec.output.formats)?);
+        let store_split = &store.manifest.splits[&split];
+        let counts = Counts {
+            rows: output.units.iter().map(|unit| unit.rows).sum(),
+            tokens: output.stats.tokens,
+            remainder_tokens: output.stats.remainder,
+            truncated_tokens: output.stats.truncated,
+            ..store_split.counts.clone()
+        };
+        stats.add(&output.stats);
+        splits.insert(split, SplitRecord { inputs: store_split.inputs.clone(), data_files, counts });
+    }
+    let names: Vec<&String> = splits.keys().collect();
+    let dataset_dict = assembly.dataset_dict();
+    fsutil::write_json_atomic(&dataset_dict, &serde_json::json!({"splits": names}))
+        .map_err(IoError::at("writing", &dataset_dict))?;
+    files.push(hash_small_file(assembly.root(), "dataset_dict.json")?);
+    files.extend(write_root_files(assembly.root(), &tokenizer_files(made)?)?);
+    let manifest = manifest(made, splits, files, &stats);
+    Ok((assembly, manifest))
+}
+
+/// Hard-links a split's Arrow parts into the assembly under their `datasets`
+/// names (an empty split gets one file with the schema and no rows) and writes
+/// its metadata; returns its data files, relative to the entry.
+fn link_arrow_parts(
+    build: &BuildLayout,
+    assembly: &EntryLayout,
+    split: &str,
+    output: &SplitOutput,
+    columns: &Columns,
+    short: &str,
+    files: &mut Vec<WrittenFile>,
+) -> Result<Vec<String>, ViewError> {
+    let split_dir = assembly.split_dir(split);
+    fsutil::create_dir_all(&split_dir).map_err(IoError::at("creating", &split_dir))?;
+    let parts: Vec<&WrittenFile> = output.units.iter().flat_map(|unit| &unit.arrow).collect();
+    let count = parts.len().max(1);
+    let mut names = Vec::new();
+    if parts.is_empty() {
+        let name = data_file_name(0, 1);
+        let mut file = writer::write_empty_file(&split_dir.join(&name), columns)?;
+        file.path = format!("{split}/{name}");
+        files.push(file);
+        names.push(name);
+    }
+    for (index, part) in parts.into_iter().enumerate() {
+        let name = data_file_name(index, count);
+        let source = build.parts_dir(split).join(&part.path);
+        std::fs::hard_link(&source, split_dir.join(&name)).map_err(IoError::at("linking into the assembly", &source))?;
+        files.push(WrittenFile { path: format!("{split}/{name}"), ..part.clone() });
+        names.push(name);
+    }
+    writer::write_split_metadata(&split_dir, split, &names, columns, short)
+        .map_err(IoError::at("writing the split metadata in", &split_dir))?;
+    for metadata in ["dataset_info.json", "state.json"] {
+        files.push(hash_small_file(assembly.root(), &format!("{split}/{metadata}"))?);
+    }
+    Ok(names.iter().map(|name| format!("{split}/{name}")).collect())
+}
+
+/// The token store's `tokenizer.json`, and a `tokenizer_config.json` with the view's row length.
+fn tokenizer_files(made: &Made) -> Result<Vec<(&'static str, String)>, ViewError> {
+    let store = made.store;
+    let damaged = |problem: String| ViewError::DamagedStore {
+        store: store.root().to_path_buf(),
+        file: "tokenizer.json".into(),
+        problem,
+    };
+    let json = store.read_checked("tokenizer.json", MAX_TOKENIZER_BYTES)?;
+    let json = String::from_utf8(json).map_err(|_| damaged("is not UTF-8".into()))?;
+    let tokenizer = &store.manifest.tokenizer;
+    let special = SpecialTokens { bos: tokenizer.bos_token.clone(), eos: tokenizer.eos_token.clone() };
+    let sequence = &made.spec.sequence;
+    let max_length = (sequence.pack != PackMode::None).then_some(sequence.seq_len);
+    reader_files(&json, &special, max_length).map_err(damaged)
+}
+
+fn manifest(
+    made: &Made,
+    splits: BTreeMap<String, SplitRecord>,
+    files: Vec<WrittenFile>,
+    stats: &super::plan::PlanStats,
+) -> Manifest {
+    let Made { spec, located, tokenized, store, jobs, view_seconds } = *made;
+    let mut totals = Totals { bytes: files.iter().map(|f| f.size).sum(), ..Totals::default() };
+    splits.values().for_each(|split| totals.counts.add(&split.counts));
+    let sequence = &spec.sequence;
+    let stored = stats.tokens + stats.padding;
+    let padded = sequence.pack == PackMode::BestFit;
+    Manifest {
+        manifest_version: MANIFEST_VERSION,
+        fingerprint: located.view.full(),
+        name: spec.name.clone(),
+        tool_version: env!("CARGO_PKG_VERSION").to_string(),
+        created_unix: fsutil::now_unix(),
+        spec: spec.canonical(),
+        tokenizer: store.manifest.tokenizer.clone(),
+        splits,
+        files,
+        totals,
+        timings: Timings {
+            hash_inputs_seconds: located.hash_seconds,
+            tokenize_seconds: tokenized.tokenize_seconds,
+            view_seconds,
+            ..Timings::default()
+        },
+        build: BuildRecord {
+            host: fsutil::whoami().host.clone(),
+            pid: fsutil::whoami().pid,
+            workers: jobs,
+            shards_tokenized_here: tokenized.shards_tokenized_here,
+            shards_total: store.manifest.splits.values().map(|split| split.data_files.len()).sum(),
+        },
+        kind: EntryKind::View,
+        token_store: Some(TokenStoreRef { fingerprint: store.manifest.fingerprint.clone() }),
+        packing: Some(PackingRecord {
+            pack: sequence.pack,
+            seq_len: if sequence.pack == PackMode::None { 0 } else { sequence.seq_len as u64 },
+            fill: if stored == 0 { 1.0 } else { stats.tokens as f64 / stored as f64 },
+            padding_tokens: stats.padding,
+            pad_id: padded.then_some(store.manifest.tokenizer.pad_id).flatten(),
+            documents_split: stats.documents_split,
+            shuffle_seed: sequence.shuffle_seed,
+        }),
+        documents: None,
+    }
+}

@@ -1,0 +1,259 @@
+//! Views: training rows derived from a token store. Everything after tokenizing is
+//! a view's: packing, `seq_len`, the columns, the shuffle, the token type and the
+//! formats. A view opens no raw input and runs no tokenizer; it reads the token
+//! store's documents and writes its own files, so it is bound by writing its bytes.
+//! A view is a complete entry by itself (its Arrow files, formats and tokenizer
+//! files): it loads and stages after its token store is gone.
+//!
+//! # Layout
+//!
+//! - `store`: a token store's shards, read and checked against its manifest.
+//! - `plan`: rows as pieces of documents, from the documents' lengths alone.
+//! - `best_fit`: best-fit-decreasing packing of a window of documents.
+//! - `shuffle`: the seeded permutation of a split's rows.
+//! - `gather`: a row's tokens, read from the token store's files.
+//! - `write`: one unit of rows written as Arrow files and format parts.
+//! - `assemble`: the units put together as an entry, and its manifest.
+//! - here: the whole view, claimed among racing prepares, derived and published.
+
+mod assemble;
+pub mod best_fit;
+mod gather;
+pub mod plan;
+pub mod shuffle;
+mod store;
+mod write;
+
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use rayon::prelude::*;
+
+use crate::cache::formats::FormatsPlan;
+use crate::cache::layout::{BUILDING_DIR, CacheLayout, EntryLayout};
+use crate::cache::lease::Lease;
+use crate::cache::manifest::{EntryKind, Manifest};
+use crate::cache::publish::publish;
+use crate::cache::writer::{Columns, WriteError};
+use crate::errors::{Failure, Fault, IoError};
+use crate::fsutil::untrusted;
+use crate::prepare::claims::Claims;
+use crate::prepare::{Located, PrepareError, TokenStoreOutcome};
+use crate::spec::{PackMode, Spec};
+
+use plan::{Plan, PlanStats};
+use store::{StoreShard, TokenStore};
+use write::{UnitContext, UnitOutput, write_unit};
+
+#[derive(Debug, thiserror::Error)]
+pub enum ViewError {
+    #[error(transparent)]
+    Io(#[from] IoError),
+    #[error(transparent)]
+    Write(#[from] WriteError),
+    #[error(
+        "token store {store} is damaged: {file} {problem}; `ferry prepare SPEC --rebuild-tokens` removes it and tokenizes again"
+    )]
+    DamagedStore { store: PathBuf, file: String, problem: String },
+    #[error("the token store {path} was removed before the view could read it; run prepare again")]
+    StoreGone { path: PathBuf, source: std::io::Error },
+    #[error(
+        "the tokenizer has {vocab_size} tokens, more than output.token_type = \"{token_type}\" holds; choose a wider token_type"
+    )]
+    VocabTooLarge { vocab_size: u64, token_type: &'static str },
+    #[error(
+        "pack = \"best_fit\" pads rows, but the tokenizer has neither a pad token nor an EOS token; name one with tokenizer.eos_token"
+    )]
+    NoPadToken,
+    #[error("another task published the view {path}, but it is gone; run prepare again")]
+    Vanished { path: PathBuf },
+    #[error("starting worker threads")]
+    Threads(#[source] rayon::ThreadPoolBuildError),
+    #[error(transparent)]
+    Prepare(Box<PrepareError>),
+}
+
+impl From<PrepareError> for ViewError {
+    fn from(err: PrepareError) -> Self {
+        ViewError::Prepare(Box::new(err))
+    }
+}
+
+impl Failure for ViewError {
+    fn fault(&self) -> Fault {
+        match self {
+            ViewError::Io(_) | ViewError::Write(_) | ViewError::StoreGone { .. } => Fault::Cause,
+            ViewError::Threads(_) => Fault::Internal,
+            ViewError::Prepare(prepare) => prepare.fault(),
+            _ => Fault::User,
+        }
+    }
+}
+
+/// Tokens in a unit of rows at most: units are written in parallel, a shard's
+/// rows in several when it is large, and each unit's files hold it whole.
+const UNIT_TOKENS: u64 = 64 << 20;
+
+/// A view made or found.
+pub struct Derived {
+    pub entry: EntryLayout,
+    pub manifest: Manifest,
+    /// Whether this process derived and published it.
+    pub built: bool,
+}
+
+/// How long a prepare waits between looks at a view another one is deriving.
+const POLL: std::time::Duration = std::time::Duration::from_millis(250);
+
+/// Derives the view of `spec` from the token store `store_manifest`, unless it is
+/// published meanwhile. One prepare derives it (the one holding the claim); others
+/// wait for it, and take the claim over if its holder dies.
+pub fn derive(
+    cache: &CacheLayout,
+    spec: &Spec,
+    store_manifest: &Manifest,
+    located: &Located,
+    tokenized: &TokenStoreOutcome,
+    jobs: usize,
+) -> Result<Derived, ViewError> {
+    let started = Instant::now();
+    let token_type = spec.output.token_type;
+    if store_manifest.tokenizer.vocab_size > token_type.max_vocab() {
+        let vocab_size = store_manifest.tokenizer.vocab_size;
+        return Err(ViewError::VocabTooLarge { vocab_size, token_type: token_type.dtype() });
+    }
+    let short = located.view.short();
+    let store_short = store_manifest.short_fingerprint();
+    // Held while the view reads the token store: gc keeps both meanwhile.
+    let _store_lease =
+        Lease::acquire(cache, store_short, "derive").map_err(IoError::at("taking a lease in", cache.root()))?;
+    let _lease = crate::prepare::build_lease(cache, &short)?;
+    let build = cache.build(&short);
+    let claims = Claims::new(cache.liveness());
+    let claim = build.root().join("derive.lock");
+    let _claimed = loop {
+        if let Some((entry, manifest)) = crate::prepare::published(cache, &located.view)? {
+            return Ok(Derived { entry, manifest, built: false });
+        }
+        cache.create_own_dirs(&[build.root().to_path_buf()]).map_err(IoError::at("creating", build.root()))?;
+        if let Some(guard) = claims.try_claim(&claim).map_err(IoError::at("claiming", &claim))? {
+            break guard;
+        }
+        std::thread::sleep(POLL);
+    };
+    if let Some((entry, manifest)) = crate::prepare::published(cache, &located.view)? {
+        return Ok(Derived { entry, manifest, built: false });
+    }
+    let store = TokenStore::open(cache, store_manifest)?;
+    // What a deriver that died here left.
+    untrusted::remove_tree_below(cache.root(), &Path::new(BUILDING_DIR).join(&short).join("parts"))
+        .map_err(IoError::at("clearing", build.root()))?;
+    let splits: Vec<&String> = store_manifest.splits.keys().collect();
+    let _progress = crate::prepare::progress_ticker(&build, spec, &located.view, splits.len() as u64);
+    let pool = rayon::ThreadPoolBuilder::new().num_threads(jobs.max(1)).build().map_err(ViewError::Threads)?;
+    let pad_id = match spec.sequence.pack {
+        PackMode::BestFit => store_manifest.tokenizer.pad_id.ok_or(ViewError::NoPadToken)?,
+        _ => 0,
+    };
+    let context = |split| UnitContext {
+        build: &build,
+        split,
+        columns: Columns::new(token_type, &spec.sequence),
+        formats: FormatsPlan {
+            formats: &spec.output.formats,
+            token_type,
+            documents: spec.sequence.position_ids || spec.sequence.pack == PackMode::BestFit,
+        },
+        target_shard_bytes: spec.output.target_shard_bytes,
+        pad_id,
+    };
+    let mut outputs = Vec::new();
+    for split in splits {
+        let context = context(split.as_str());
+        let derived = pool.install(|| derive_split(&store, &context, spec))?;
+        outputs.push((split.clone(), derived));
+    }
+    let view_seconds = started.elapsed().as_secs_f64();
+    let publish_started = Instant::now();
+    let made = assemble::Made { spec, located, tokenized, store: &store, jobs, view_seconds };
+    let (assembly, mut manifest) = assemble::assemble(&build, &made, outputs)?;
+    manifest.timings.publish_seconds = publish_started.elapsed().as_secs_f64();
+    manifest.timings.total_seconds =
+        located.hash_seconds + tokenized.tokenize_seconds + started.elapsed().as_secs_f64();
+    let won = publish(cache, assembly, &manifest)?;
+    let entry = cache.entry(&short);
+    if won {
+        let _ = untrusted::remove_tree_below(cache.root(), &Path::new(BUILDING_DIR).join(&short));
+    } else {
+        manifest = Manifest::load(&entry.manifest()).map_err(PrepareError::from)?;
+        if manifest.kind != EntryKind::View {
+            return Err(ViewError::Vanished { path: entry.root().to_path_buf() });
+        }
+    }
+    Ok(Derived { entry, manifest, built: won })
+}
+
+/// One split's rows: its units' files in order, and what packing kept and added.
+pub struct SplitOutput {
+    pub units: Vec<UnitOutput>,
+    pub stats: PlanStats,
+}
+
+/// Derives one split on the current pool. Unshuffled, each input shard's rows are
+/// planned, read and written by themselves (memory follows one shard); shuffled,
+/// the split's rows are planned whole, permuted, and written in units of the
+/// permuted order.
+fn derive_split(store: &TokenStore, context: &UnitContext, spec: &Spec) -> Result<SplitOutput, ViewError> {
+    let sequence = &spec.sequence;
+    let seq_len = sequence.seq_len as u32;
+    let files = store.shard_files(context.split);
+    let mut stats = PlanStats::default();
+    let units = match sequence.shuffle_seed {
+        None => {
+            let per_shard: Vec<(Vec<UnitOutput>, PlanStats)> = files
+                .par_iter()
+                .enumerate()
+                .map(|(index, bin)| {
+                    let shard = store.load_shard(bin)?;
+                    let plan = plan::plan_shard(sequence.pack, seq_len, 0, &shard.lengths);
+                    let shards = std::slice::from_ref(&shard);
+                    let units = plan
+                        .runs(UNIT_TOKENS)
+                        .into_par_iter()
+                        .enumerate()
+                        .map(|(chunk, rows)| write_unit(context, (index, chunk), &plan, rows, shards, true))
+                        .collect::<Result<Vec<_>, _>>()?;
+                    Ok((units, plan.stats))
+                })
+                .collect::<Result<_, ViewError>>()?;
+            let mut units = Vec::new();
+            for (shard_units, shard_stats) in per_shard {
+                units.extend(shard_units);
+                stats.add(&shard_stats);
+            }
+            units
+        }
+        Some(seed) => {
+            let shards: Vec<StoreShard> =
+                files.par_iter().map(|bin| store.load_shard(bin)).collect::<Result<_, _>>()?;
+            let plans: Vec<Plan> = shards
+                .par_iter()
+                .enumerate()
+                .map(|(index, shard)| plan::plan_shard(sequence.pack, seq_len, index as u32, &shard.lengths))
+                .collect();
+            let mut plan = Plan::default();
+            plans.into_iter().for_each(|shard_plan| plan.append(shard_plan));
+            stats = plan.stats;
+            let order = shuffle::permutation(plan.rows.len(), seed);
+            let rows = order.iter().map(|&index| plan.rows[index]).collect();
+            let shuffled = Plan { rows, ..plan };
+            shuffled
+                .runs(UNIT_TOKENS)
+                .into_par_iter()
+                .enumerate()
+                .map(|(chunk, rows)| write_unit(context, (0, chunk), &shuffled, rows, &shards, false))
+                .collect::<Result<Vec<_>, _>>()?
+        }
+    };
+    Ok(SplitOutput { units, stats })
+}

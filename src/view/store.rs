@@ -1,0 +1,115 @@
+//! A token store as a view reads it: its entry opened without following symlinks
+//! (others may write a shared cache), and each shard's `.idx` and `.bin` checked
+//! against the store's manifest (size and blake3) before a row is made of them.
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::path::{Path, PathBuf};
+
+use crate::cache::layout::{CacheLayout, ENTRIES_DIR};
+use crate::cache::manifest::{Manifest, StoreDtype, WrittenFile};
+use crate::cache::token_store;
+use crate::fsutil::untrusted::Dir;
+
+use super::ViewError;
+use super::plan::document_offsets;
+
+/// A published token store, opened.
+pub struct TokenStore<'a> {
+    pub manifest: &'a Manifest,
+    pub dtype: StoreDtype,
+    dir: Dir,
+    files: HashMap<&'a str, &'a WrittenFile>,
+}
+
+/// One shard's documents, checked: the open `.bin` and where each document starts.
+pub struct StoreShard {
+    pub file: File,
+    pub path: PathBuf,
+    /// The `.bin`'s size in bytes.
+    pub size: u64,
+    pub dtype: StoreDtype,
+    /// `documents + 1` offsets in tokens: document `i` is `offsets[i]..offsets[i + 1]`.
+    pub offsets: Vec<u64>,
+    pub lengths: Vec<u32>,
+}
+
+impl<'a> TokenStore<'a> {
+    pub fn open(cache: &CacheLayout, manifest: &'a Manifest) -> Result<TokenStore<'a>, ViewError> {
+        let short = manifest.short_fingerprint();
+        let dir = Dir::open(cache.root())
+            .and_then(|root| root.open_dir(Path::new(ENTRIES_DIR).join(short)))
+            .map_err(|source| ViewError::StoreGone { path: cache.entry(short).root().to_path_buf(), source })?;
+        let dtype = manifest.documents.map(|documents| documents.dtype).ok_or_else(|| ViewError::DamagedStore {
+            store: dir.path().to_path_buf(),
+            file: "manifest.json".into(),
+            problem: "it records no document layout".into(),
+        })?;
+        let files = manifest.files.iter().map(|file| (file.path.as_str(), file)).collect();
+        Ok(TokenStore { manifest, dtype, dir, files })
+    }
+
+    pub fn root(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// The split's shards' `.bin` files, in shard order.
+    pub fn shard_files(&self, split: &str) -> &'a [String] {
+        self.manifest.splits.get(split).map_or(&[], |record| &record.data_files)
+    }
+
+    fn damaged(&self, file: &str, problem: String) -> ViewError {
+        ViewError::DamagedStore { store: self.root().to_path_buf(), file: file.to_string(), problem }
+    }
+
+    fn record(&self, relative: &str) -> Result<&'a WrittenFile, ViewError> {
+        self.files.get(relative).copied().ok_or_else(|| self.damaged(relative, "is not in its manifest".into()))
+    }
+
+    /// Reads and checks one shard: its index whole, its `.bin` hashed through.
+    pub fn load_shard(&self, bin: &str) -> Result<StoreShard, ViewError> {
+        let Some(stem) = bin.strip_suffix(".bin") else {
+            return Err(self.damaged(bin, "is not a .bin file".into()));
+        };
+        let idx = format!("{stem}.idx");
+        let (bin_record, idx_record) = (self.record(bin)?, self.record(&idx)?);
+        let unreadable = |file: &str, err: std::io::Error| self.damaged(file, format!("cannot be read: {err}"));
+        let index = self.dir.read(&idx, idx_record.size).map_err(|err| unreadable(&idx, err))?;
+        self.check(&idx, idx_record, index.len() as u64, blake3::hash(&index))?;
+        let lengths = token_store::read_index(&index, self.dtype, bin_record.size).map_err(|why| self.damaged(&idx, why))?;
+        drop(index);
+        let file = self.dir.open_file(bin).map_err(|err| unreadable(bin, err))?;
+        let size = file.metadata().map_err(|err| unreadable(bin, err))?.len();
+        let hash = crate::fsutil::blake3_of_reader(&file).map_err(|err| unreadable(bin, err))?;
+        self.check(bin, bin_record, size, hash)?;
+        Ok(StoreShard {
+            file,
+            path: self.dir.display_path(bin),
+            size,
+            dtype: self.dtype,
+            offsets: document_offsets(&lengths),
+            lengths,
+        })
+    }
+
+    /// A small file of the store, read whole (at most `max_bytes`) and checked.
+    pub fn read_checked(&self, relative: &str, max_bytes: u64) -> Result<Vec<u8>, ViewError> {
+        let record = self.record(relative)?;
+        let bytes = self
+            .dir
+            .read(relative, max_bytes.min(record.size))
+            .map_err(|err| self.damaged(relative, format!("cannot be read: {err}")))?;
+        self.check(relative, record, bytes.len() as u64, blake3::hash(&bytes))?;
+        Ok(bytes)
+    }
+
+    fn check(&self, file: &str, record: &WrittenFile, size: u64, hash: blake3::Hash) -> Result<(), ViewError> {
+        if size != record.size {
+            return Err(self.damaged(file, format!("has {size} bytes, its manifest says {}", record.size)));
+        }
+        if hash.to_hex().as_str() != record.blake3 {
+            return Err(self.damaged(file, format!("has blake3 {}, its manifest says {}", hash.to_hex(), record.blake3)));
+        }
+        Ok(())
+    }
+}
