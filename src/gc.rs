@@ -496,6 +496,9 @@ fn staged_entries(
             state: EntryState::Ready,
             in_use: 0,
             problem: None,
+            kind: crate::cache::manifest::EntryKind::View,
+            token_store: None,
+            token_store_present: None,
         });
     }
     Ok(staged)
@@ -529,6 +532,9 @@ mod tests {
             state: EntryState::Ready,
             in_use,
             problem: None,
+            kind: crate::cache::manifest::EntryKind::View,
+            token_store: None,
+            token_store_present: None,
         }
     }
 

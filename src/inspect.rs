@@ -1,6 +1,8 @@
 //! What an entry holds, from its manifest and its own files only (never the raw
 //! inputs): counts per split, the document lengths and tokens per source recorded
-//! while preparing, and the first rows decoded with the tokenizer the entry carries.
+//! while preparing, how a view packed its rows and which token store it came from,
+//! and the first rows (a token store's: documents) decoded with the tokenizer the
+//! entry carries.
 //! The entry may sit in a shared cache, so its files are opened without following
 //! symlinks and read with bounds.
 
@@ -16,7 +18,8 @@ use serde::Serialize;
 
 use crate::cache::layout::{CacheLayout, ENTRIES_DIR};
 use crate::cache::lookup::{LookupError, find_named_entry};
-use crate::cache::manifest::{Counts, length_bucket_range};
+use crate::cache::manifest::{Counts, EntryKind, Manifest, PackingRecord, length_bucket_range};
+use crate::cache::token_store;
 use crate::errors::{Failure, Fault, IoError};
 use crate::fsutil::untrusted::Dir;
 use crate::tokenizer::{self, TokenizerError};
@@ -53,6 +56,11 @@ pub struct Inspection {
     pub fingerprint: String,
     pub name: String,
     pub entry: PathBuf,
+    pub kind: EntryKind,
+    /// A view's token store, and whether it is still in the cache.
+    pub token_store: Option<StoreOfView>,
+    /// How a view packed its rows.
+    pub packing: Option<PackingRecord>,
     pub splits: BTreeMap<String, SplitView>,
     /// The split the rows come from.
     pub split: String,
@@ -62,6 +70,12 @@ pub struct Inspection {
     /// Why rows are not decoded, when they are not (an entry made before entries carried
     /// their tokenizer).
     pub not_decoded: Option<String>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct StoreOfView {
+    pub fingerprint: String,
+    pub present: bool,
 }
 
 #[derive(Debug, Serialize)]
@@ -121,7 +135,10 @@ pub fn inspect(
             available: manifest.splits.keys().cloned().collect(),
         });
     };
-    let ids = first_rows(&entry, &record.data_files, rows)?;
+    let ids = match manifest.kind {
+        EntryKind::View => first_rows(&entry, &record.data_files, rows)?,
+        EntryKind::Tokens => first_documents(&entry, &manifest, &record.data_files, rows)?,
+    };
     let (rows, special_tokens, not_decoded) = match carried_tokenizer(&entry) {
         Ok(tokenizer) => decoded(&tokenizer, ids),
         Err(why) => (
@@ -134,10 +151,17 @@ pub fn inspect(
         ),
     };
     let splits = manifest.splits.iter().map(|(name, record)| (name.clone(), split_view(&record.counts))).collect();
+    let token_store = manifest.token_store.as_ref().map(|store| StoreOfView {
+        fingerprint: store.fingerprint.clone(),
+        present: cache.entry(&store.fingerprint[..16]).manifest().is_file(),
+    });
     Ok(Inspection {
         fingerprint: manifest.fingerprint.clone(),
         name: manifest.name.clone(),
         entry: entry.path().to_path_buf(),
+        kind: manifest.kind,
+        token_store,
+        packing: manifest.packing.clone(),
         splits,
         split,
         rows,
@@ -190,6 +214,44 @@ fn first_rows(entry: &Dir, data_files: &[String], limit: usize) -> Result<Vec<Ve
         }
     }
     Ok(rows)
+}
+
+/// A token store's first `limit` documents, reading its shards in order. Each
+/// shard's index is checked against its `.bin` (see `token_store::read_index`).
+fn first_documents(
+    entry: &Dir,
+    manifest: &Manifest,
+    bins: &[String],
+    limit: usize,
+) -> Result<Vec<Vec<u32>>, InspectError> {
+    use std::os::unix::fs::FileExt;
+    let Some(dtype) = manifest.documents.map(|documents| documents.dtype) else { return Ok(Vec::new()) };
+    let size_of = |relative: &str| manifest.files.iter().find(|file| file.path == relative).map(|file| file.size);
+    let mut documents = Vec::new();
+    for bin in bins {
+        if documents.len() >= limit {
+            break;
+        }
+        let idx = format!("{}.idx", bin.trim_end_matches(".bin"));
+        let path = entry.display_path(&idx);
+        let rows_error = |message: String| InspectError::Rows { path: path.clone(), message };
+        let (Some(bin_size), Some(idx_size)) = (size_of(bin), size_of(&idx)) else {
+            return Err(rows_error("the manifest does not list it".into()));
+        };
+        let index = entry.read(&idx, idx_size).map_err(IoError::at("reading", &path))?;
+        let lengths = token_store::read_index(&index, dtype, bin_size).map_err(rows_error)?;
+        let file = entry.open_file(bin).map_err(IoError::at("opening", &entry.display_path(bin)))?;
+        let mut offset = 0u64;
+        for length in lengths.into_iter().take(limit - documents.len()) {
+            let mut bytes = vec![0; length as usize * dtype.bytes()];
+            file.read_exact_at(&mut bytes, offset).map_err(IoError::at("reading", &entry.display_path(bin)))?;
+            offset += bytes.len() as u64;
+            let mut ids = Vec::with_capacity(length as usize);
+            token_store::decode(&bytes, dtype, &mut ids);
+            documents.push(ids);
+        }
+    }
+    Ok(documents)
 }
 
 fn ids_of(values: &ArrayRef) -> Result<Vec<u32>, String> {

@@ -350,7 +350,11 @@ impl Spec {
             return Err("sequence.seq_len must be at least 1".into());
         }
         if sequence.seq_len > u32::MAX as usize {
-            return Err(format!("sequence.seq_len {} is over the largest row ferry writes ({})", sequence.seq_len, u32::MAX));
+            return Err(format!(
+                "sequence.seq_len {} is over the largest row ferry writes ({})",
+                sequence.seq_len,
+                u32::MAX
+            ));
         }
         if sequence.position_ids && matches!(sequence.pack, PackMode::None | PackMode::Truncate) {
             return Err(format!(

@@ -13,7 +13,7 @@ use crate::cache::layout::CacheLayout;
 use crate::cache::layout::is_short_fingerprint;
 use crate::cache::lease;
 use crate::cache::liveness;
-use crate::cache::manifest::Manifest;
+use crate::cache::manifest::{EntryKind, Manifest};
 use crate::cache::staging::{self, StageState};
 use crate::fsutil::untrusted;
 
@@ -36,6 +36,13 @@ pub struct EntryStatus {
     /// Live leases (builds or stagings using it now).
     pub in_use: usize,
     pub problem: Option<String>,
+    /// `tokens` (a token store) or `view` (rows made from one, or an entry made before token stores).
+    pub kind: EntryKind,
+    /// A view's token store (all 64 hex digits); none for a token store or an entry
+    /// made before token stores.
+    pub token_store: Option<String>,
+    /// Whether that token store is still in the cache (a view loads and stages without it).
+    pub token_store_present: Option<bool>,
 }
 
 /// An entry's state, as `status --json` writes it.
@@ -81,7 +88,11 @@ pub struct BuildStatus {
 #[derive(Debug, Clone, Serialize, serde::Deserialize)]
 pub struct Totals {
     pub entries: usize,
+    /// Of `entries`, the token stores; the rest are views.
+    #[serde(default)]
+    pub token_stores: usize,
     pub bytes: u64,
+    /// Tokens in views' rows (a token store's are counted in its views).
     pub tokens: u64,
     pub builds: usize,
 }
@@ -131,6 +142,12 @@ fn entry_status(cache: &CacheLayout, short: &str) -> EntryStatus {
             state: EntryState::Ready,
             in_use,
             problem: None,
+            kind: manifest.kind,
+            token_store_present: manifest
+                .token_store
+                .as_ref()
+                .map(|store| cache.entry(&store.fingerprint[..16]).manifest().is_file()),
+            token_store: manifest.token_store.map(|store| store.fingerprint),
         },
         Err(err) => {
             let modified = std::fs::symlink_metadata(entry.root()).and_then(|m| m.modified()).map(unix).unwrap_or(0);
@@ -147,6 +164,9 @@ fn entry_status(cache: &CacheLayout, short: &str) -> EntryStatus {
                 state: EntryState::Invalid,
                 in_use,
                 problem: Some(err.to_string()),
+                kind: EntryKind::View,
+                token_store: None,
+                token_store_present: None,
             }
         }
     }
@@ -215,8 +235,9 @@ pub fn cache_status(cache: &CacheLayout) -> CacheStatus {
     let builds = builds(cache);
     let totals = Totals {
         entries: entries.len(),
+        token_stores: entries.iter().filter(|e| e.kind == EntryKind::Tokens).count(),
         bytes: entries.iter().map(|e| e.bytes).sum(),
-        tokens: entries.iter().map(|e| e.tokens).sum(),
+        tokens: entries.iter().filter(|e| e.kind == EntryKind::View).map(|e| e.tokens).sum(),
         builds: builds.len(),
     };
     CacheStatus { cache: cache.root().display().to_string(), entries, builds, totals }

@@ -24,6 +24,12 @@ fn set_last_use(env: &TestEnv, short: &str, days_ago: u64) {
     file.set_modified(SystemTime::now() - Duration::from_secs(days_ago * 86400)).unwrap();
 }
 
+/// The short fingerprint of the token store the view `short` was made from.
+fn token_store_of(env: &TestEnv, short: &str) -> String {
+    let manifest = common::read_manifest(&env.cache().join("entries").join(short));
+    manifest["token_store"]["fingerprint"].as_str().unwrap()[..16].to_string()
+}
+
 fn entry_exists(env: &TestEnv, short: &str) -> bool {
     env.cache().join("entries").join(short).join("manifest.json").is_file()
 }
@@ -107,7 +113,10 @@ fn gc_policies_dry_run_and_by_name_links() {
         .filter(|a| a["kind"] == "entry")
         .map(|a| a["path"].as_str().unwrap())
         .collect();
-    assert_eq!(would.len(), 2, "{dry}");
+    // The two older views and the token store all three were made from: either kind counts.
+    let store = token_store_of(&env, &newest);
+    assert_eq!(would.len(), 3, "{dry}");
+    assert!(would.iter().any(|p| p.ends_with(&store)), "{dry}");
     assert!(would.iter().all(|p| !p.ends_with(&newest)));
     assert_eq!(snapshot(), before, "--dry-run changes nothing");
 
@@ -207,9 +216,13 @@ fn gc_keeps_a_build_being_set_up_and_an_entry_whose_lease_is_being_written() {
     let lease = lease_dir.join("node9.4242.stage.0");
     std::fs::write(&lease, b"").unwrap();
 
-    // A policy that evicts every entry: only the unreadable lease can keep it.
+    // A policy that evicts every entry: only the unreadable lease can keep it. Its
+    // token store, which nothing holds, goes.
     let report = json(&env, &["gc", "--keep", "0", "--json"]);
-    assert_eq!(report["removed"].as_array().map(Vec::len), Some(0), "{report}");
+    let removed: Vec<&str> =
+        report["removed"].as_array().unwrap().iter().map(|a| a["path"].as_str().unwrap()).collect();
+    assert_eq!(removed.len(), 1, "{report}");
+    assert!(removed[0].ends_with(&token_store_of(&env, &leased)), "{report}");
     assert_eq!(report["kept_in_use"][0], leased.as_str(), "{report}");
     assert!(entry_exists(&env, &leased) && starting.is_dir());
     let status = json(&env, &["status", "--json"]);

@@ -52,8 +52,14 @@ fn eight_racing_prepares_build_one_entry_and_tokenize_each_shard_once() {
     assert_eq!(results.iter().filter(|r| r["built"] == true).count(), 1, "exactly one publisher: {results:?}");
     let tokenized: u64 = results.iter().map(|r| r["shards_tokenized_here"].as_u64().unwrap()).sum();
     assert_eq!(tokenized, 8, "every shard tokenized once in total: {results:?}");
-    assert_eq!(entries(&cache).len(), 1);
+    let store = results[0]["token_store"]["fingerprint"].as_str().unwrap();
+    let mut published = entries(&cache);
+    published.sort();
+    let mut expected = vec![fingerprints[0][..16].to_string(), store[..16].to_string()];
+    expected.sort();
+    assert_eq!(published, expected, "one token store and one view");
     assert!(!cache.join("building").join(&fingerprints[0][..16]).exists());
+    assert!(!cache.join("building").join(&store[..16]).exists());
 }
 
 #[test]
@@ -117,15 +123,15 @@ fn slurm_tasks_share_the_shards_and_one_publishes() {
     }
     assert_eq!(results.iter().map(|r| r["shards_tokenized_here"].as_u64().unwrap()).sum::<u64>(), 9);
     assert_eq!(results.iter().filter(|r| r["built"] == true).count(), 1);
-    assert_eq!(entries(&cache).len(), 1);
+    assert_eq!(entries(&cache).len(), 2, "one token store and one view");
 }
 
-/// A claim file on shard 0 of the spec's build, owned by `pid` on this host.
+/// A claim file on shard 0 of the spec's token store build, owned by `pid` on this host.
 fn plant_claim(env: &TestEnv, spec: &Path, pid: u32) -> PathBuf {
     // The fingerprint is known without building: a prepare of an unrelated cache would build,
     // so compute it from a dry build in another cache and reuse its short form.
     let probe = finish(spawn_prepare(env, spec, &env.path("probe-cache"), &[]));
-    let short = &probe["fingerprint"].as_str().unwrap()[..16];
+    let short = &probe["token_store"]["fingerprint"].as_str().unwrap()[..16];
     let claims = env.cache().join("building").join(short).join("claims");
     std::fs::create_dir_all(&claims).unwrap();
     let owner = serde_json::json!({"host": ferry::fsutil::host_name(), "pid": pid, "job_id": null, "task": null});

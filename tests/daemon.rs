@@ -56,7 +56,8 @@ fn status_and_stage_over_the_socket() {
 
     let status = ask(&socket, json!({"type": "status"}));
     assert_eq!(status["ok"], true, "{status}");
-    assert_eq!(status["cache"]["totals"]["entries"], 1);
+    assert_eq!(status["cache"]["totals"]["entries"], 2, "a token store and its view");
+    assert_eq!(status["cache"]["totals"]["token_stores"], 1);
 
     let dest = env.path("node/ferry");
     let started = ask(&socket, json!({"type": "stage", "entry": short, "dest": dest}));
@@ -265,7 +266,7 @@ fn sixty_four_clients_are_all_answered_and_memory_stays_flat() {
                                 reader.read_line(&mut line).unwrap();
                                 let reply: serde_json::Value = serde_json::from_str(&line).unwrap();
                                 assert_eq!(reply["ok"], true);
-                                assert_eq!(reply["cache"]["totals"]["entries"], 1);
+                                assert_eq!(reply["cache"]["totals"]["entries"], 2);
                                 started.elapsed()
                             })
                             .collect::<Vec<_>>()

@@ -90,12 +90,12 @@ fn one_member_builds_and_the_other_hits_and_collects() {
     let other = spec_of_two(&env, &two);
     let report = member_json(&env, &one, &["gc", "--keep", "0", "--json"]);
     let removed = removed_entries(&report);
-    assert_eq!(removed.len(), 2, "{report}");
+    assert_eq!(removed.len(), 4, "both views and their token stores: {report}");
     assert!(removed.iter().any(|path| path.ends_with(&other)), "{report}");
     assert!(std::fs::read_dir(env.cache().join("entries")).unwrap().next().is_none());
     member_json(&env, &one, &["prepare", &spec, "--json"]);
     let report = member_json(&env, &two, &["gc", "--keep", "0", "--json"]);
-    assert_eq!(removed_entries(&report).len(), 1, "{report}");
+    assert_eq!(removed_entries(&report).len(), 2, "the view and its token store: {report}");
 }
 
 /// The entry paths a `gc --json` report says it removed.

@@ -29,7 +29,10 @@ def entry_path(name_or_fingerprint, cache=None, dest=None):
     staging = _newest(s for s in report.get("staging") or [] if _matches(query, s["name"], s["id"]))
     if staging is not None:
         return _wait(report["dest"], staging["id"])
-    entries = [e for e in report.get("entries") or [] if e.get("state") == "ready"]
+    # Views are what a trainer loads; a token store holds documents, not rows.
+    entries = [
+        e for e in report.get("entries") or [] if e.get("state") == "ready" and e.get("kind", "view") == "view"
+    ]
     named = [e for e in entries if e["name"] == query]
     if named:
         newest = os.path.join(os.path.abspath(report["cache"]), "by-name", query)

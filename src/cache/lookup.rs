@@ -1,10 +1,14 @@
 //! Finding a published entry by its fingerprint or a prefix of it: the one lookup
 //! behind `stage --entry`, `verify FP` and the daemon's stagings (which run
-//! `ferry stage --entry`).
+//! `ferry stage --entry`); and the entry a fingerprint names, of the kind expected
+//! (`prepare`'s token store and view).
 
-use crate::cache::layout::{BY_NAME_DIR, CacheLayout, is_short_fingerprint};
-use crate::cache::manifest::{Manifest, ManifestError};
+use std::path::PathBuf;
+
+use crate::cache::layout::{BY_NAME_DIR, CacheLayout, EntryLayout, is_short_fingerprint};
+use crate::cache::manifest::{EntryKind, Manifest, ManifestError};
 use crate::errors::{Failure, Fault, IoError};
+use crate::fingerprint::Fingerprint;
 use crate::fsutil::untrusted::{self, Dir};
 
 #[derive(Debug, thiserror::Error)]
@@ -17,15 +21,49 @@ pub enum LookupError {
     Listing(#[from] IoError),
     #[error(transparent)]
     Manifest(#[from] ManifestError),
+    #[error(
+        "entry {path} has fingerprint {found}, not {expected}; remove it (a 64-bit prefix collision or a damaged cache)"
+    )]
+    Collision { path: PathBuf, found: String, expected: String },
+    #[error("entry {path} is a {found}, where a {expected} belongs; remove it (a damaged cache)")]
+    WrongKind { path: PathBuf, found: &'static str, expected: &'static str },
 }
 
 impl Failure for LookupError {
     fn fault(&self) -> Fault {
         match self {
-            LookupError::NoEntry { .. } | LookupError::Ambiguous { .. } => Fault::User,
+            LookupError::NoEntry { .. }
+            | LookupError::Ambiguous { .. }
+            | LookupError::Collision { .. }
+            | LookupError::WrongKind { .. } => Fault::User,
             LookupError::Listing(_) | LookupError::Manifest(_) => Fault::Cause,
         }
     }
+}
+
+/// The published entry with this fingerprint, if any, checked to be of `kind`.
+pub fn published(
+    cache: &CacheLayout,
+    fingerprint: &Fingerprint,
+    kind: EntryKind,
+) -> Result<Option<(EntryLayout, Manifest)>, LookupError> {
+    let entry = cache.entry(&fingerprint.short());
+    if !entry.manifest().exists() {
+        return Ok(None);
+    }
+    let manifest = Manifest::load(&entry.manifest())?;
+    if manifest.fingerprint != fingerprint.full() {
+        return Err(LookupError::Collision {
+            path: entry.root().to_path_buf(),
+            found: manifest.fingerprint,
+            expected: fingerprint.full(),
+        });
+    }
+    if manifest.kind != kind {
+        let (found, expected) = (manifest.kind.name(), kind.name());
+        return Err(LookupError::WrongKind { path: entry.root().to_path_buf(), found, expected });
+    }
+    Ok(Some((entry, manifest)))
 }
 
 /// The published entry whose short fingerprint starts with `prefix` (or that

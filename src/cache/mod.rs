@@ -2,6 +2,7 @@
 //! build progress and staging state files.
 
 pub mod build_progress;
+pub mod claims;
 pub mod destination;
 pub mod formats;
 pub mod hashed_file;

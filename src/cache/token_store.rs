@@ -76,7 +76,9 @@ pub fn encode(ids: &[u32], dtype: StoreDtype, out: &mut Vec<u8>) {
         StoreDtype::Uint16 => {
             bytes.chunks_exact_mut(2).zip(ids).for_each(|(b, &id)| b.copy_from_slice(&(id as u16).to_le_bytes()))
         }
-        StoreDtype::Int32 => bytes.chunks_exact_mut(4).zip(ids).for_each(|(b, &id)| b.copy_from_slice(&id.to_le_bytes())),
+        StoreDtype::Int32 => {
+            bytes.chunks_exact_mut(4).zip(ids).for_each(|(b, &id)| b.copy_from_slice(&id.to_le_bytes()))
+        }
     }
 }
 
@@ -95,7 +97,10 @@ pub fn read_index(bytes: &[u8], dtype: StoreDtype, bin_size: u64) -> Result<Vec<
     let mut reader = megatron::IndexReader::new(bytes);
     let (code, sequences) = reader.header()?;
     if code != megatron::store_dtype_code(dtype) {
-        return Err(format!("its dtype code is {code}, the manifest's dtype {dtype:?} has {}", megatron::store_dtype_code(dtype)));
+        return Err(format!(
+            "its dtype code is {code}, the manifest's dtype {dtype:?} has {}",
+            megatron::store_dtype_code(dtype)
+        ));
     }
     let lengths = reader.document_level(sequences, dtype.bytes() as u64)?;
     let tokens: u64 = lengths.iter().map(|&length| u64::from(length)).sum();

@@ -83,7 +83,8 @@ impl Row<'_> {
     /// at the padding.
     pub fn extend_positions(&self, out: &mut Vec<i32>) {
         let mut segment_start = 0;
-        let mut starts = self.starts.iter().map(|&start| start as usize).chain(std::iter::once(self.content())).peekable();
+        let mut starts =
+            self.starts.iter().map(|&start| start as usize).chain(std::iter::once(self.content())).peekable();
         for index in 0..self.tokens.len() {
             if starts.peek() == Some(&index) {
                 segment_start = index;
@@ -416,8 +417,13 @@ mod tests {
     #[test]
     fn padded_rows_mask_and_ignore_their_padding_and_positions_restart() {
         let dir = tempfile::tempdir().unwrap();
-        let columns =
-            Columns { token_type: TokenType::Int32, labels: true, attention_mask: true, position_ids: true, padded: true };
+        let columns = Columns {
+            token_type: TokenType::Int32,
+            labels: true,
+            attention_mask: true,
+            position_ids: true,
+            padded: true,
+        };
         let mut writer = PartWriter::new(columns, 1 << 20, |k| dir.path().join(format!("p{k}.arrow")));
         writer.push_row(Row { tokens: &[1, 2, 3, 9, 9], starts: &[1], padding: 2 }).unwrap();
         writer.push_row(Row { tokens: &[4, 5], starts: &[], padding: 0 }).unwrap();
@@ -428,7 +434,9 @@ mod tests {
             let lists = batch.column_by_name(name).unwrap().as_any().downcast_ref::<ListArray>().unwrap().clone();
             let values = lists.values();
             match values.data_type() {
-                DataType::Int8 => values.as_any().downcast_ref::<Int8Array>().unwrap().values().iter().map(|&v| v as i64).collect(),
+                DataType::Int8 => {
+                    values.as_any().downcast_ref::<Int8Array>().unwrap().values().iter().map(|&v| v as i64).collect()
+                }
                 _ => values.as_any().downcast_ref::<Int32Array>().unwrap().values().iter().map(|&v| v as i64).collect(),
             }
         };

@@ -3,6 +3,7 @@
 //! and row boundaries marked.
 
 use crate::cache::layout::CacheLayout;
+use crate::cache::manifest::EntryKind;
 use crate::inspect::{Inspection, SplitView, inspect};
 
 /// The widest bar drawn, in characters.
@@ -17,6 +18,26 @@ pub fn run(cache: &CacheLayout, entry: &str, split: Option<&str>, rows: usize, j
     out!("entry       {}", inspection.entry.display())?;
     out!("name        {}", inspection.name)?;
     out!("fingerprint {}", inspection.fingerprint)?;
+    match (&inspection.kind, &inspection.token_store) {
+        (EntryKind::Tokens, _) => out!("kind        token store (the documents' ids; views are made from it)")?,
+        (EntryKind::View, Some(store)) => out!(
+            "kind        view of token store {}{}",
+            &store.fingerprint[..16],
+            if store.present { "" } else { " (no longer in the cache; the view is complete without it)" }
+        )?,
+        (EntryKind::View, None) => out!("kind        entry made before token stores")?,
+    }
+    if let Some(packing) = &inspection.packing {
+        out!(
+            "packing     {}{}, {:.2}% filled, {} padding tokens, {} documents split{}",
+            packing.pack.name(),
+            if packing.seq_len > 0 { format!(", rows of {}", packing.seq_len) } else { String::new() },
+            packing.fill * 100.0,
+            packing.padding_tokens,
+            packing.documents_split,
+            packing.shuffle_seed.map(|seed| format!(", shuffled with seed {seed}")).unwrap_or_default()
+        )?;
+    }
     out!("")?;
     out!("{:<12} {:>12} {:>12} {:>14}", "split", "rows", "documents", "tokens")?;
     for (name, view) in &inspection.splits {
@@ -61,7 +82,8 @@ fn print_rows(inspection: &Inspection) -> std::io::Result<()> {
         out!("\nrows are not decoded: {why}")?;
     }
     for row in &inspection.rows {
-        out!("\n── {} row {} ({} tokens) ──", inspection.split, row.row, row.ids.len())?;
+        let what = if inspection.kind == EntryKind::Tokens { "document" } else { "row" };
+        out!("\n── {} {what} {} ({} tokens) ──", inspection.split, row.row, row.ids.len())?;
         if inspection.not_decoded.is_some() {
             out!("{:?}", row.ids)?;
             continue;

@@ -7,9 +7,10 @@ use anyhow::Context;
 use serde_json::json;
 
 use crate::cache::layout::CacheLayout;
+use crate::cache::manifest::EntryKind;
 use crate::cache::staging::StageState;
 use crate::daemon::protocol::{Reply, ReplyBody};
-use crate::status::{self, CacheStatus, EntryState};
+use crate::status::{self, CacheStatus, EntryState, EntryStatus};
 
 /// `dest_named`: the destination was given with `--dest`, so a missing one is a
 /// wrong path rather than a node where nothing was staged yet.
@@ -77,9 +78,10 @@ fn print_cache(report: &CacheStatus) -> std::io::Result<()> {
     }
     if !report.entries.is_empty() {
         out!(
-            "{:<24} {:<16} {:<18} {:>10} {:>14} {:>10}  {:<16}  {:<16}  STATE",
+            "{:<24} {:<16} {:<24} {:<18} {:>10} {:>14} {:>10}  {:<16}  {:<16}  STATE",
             "NAME",
             "FINGERPRINT",
+            "KIND",
             "SPLITS",
             "ROWS",
             "TOKENS",
@@ -95,9 +97,10 @@ fn print_cache(report: &CacheStatus) -> std::io::Result<()> {
             (EntryState::Invalid, _) => format!("invalid: {}", e.problem.as_deref().unwrap_or("")),
         };
         out!(
-            "{:<24} {:<16} {:<18} {:>10} {:>14} {:>10}  {:<16}  {:<16}  {}",
+            "{:<24} {:<16} {:<24} {:<18} {:>10} {:>14} {:>10}  {:<16}  {:<16}  {}",
             e.name,
             e.short,
+            kind(e),
             e.splits.join(","),
             e.rows,
             e.tokens,
@@ -121,8 +124,26 @@ fn print_cache(report: &CacheStatus) -> std::io::Result<()> {
         )?;
     }
     let t = &report.totals;
-    out!("total: {} entries, {} tokens, {}; {} builds", t.entries, t.tokens, bytesize::ByteSize(t.bytes), t.builds)?;
+    out!(
+        "total: {} views and {} token stores, {} tokens in views' rows, {}; {} builds",
+        t.entries - t.token_stores,
+        t.token_stores,
+        t.tokens,
+        bytesize::ByteSize(t.bytes),
+        t.builds
+    )?;
     Ok(())
+}
+
+/// "tokens", "view of <store>" (marked when the store is gone), or "entry" for one
+/// made before token stores.
+fn kind(entry: &EntryStatus) -> String {
+    match (entry.kind, &entry.token_store, entry.token_store_present) {
+        (EntryKind::Tokens, _, _) => "tokens".into(),
+        (EntryKind::View, Some(store), Some(false)) => format!("view of {} (gone)", &store[..16]),
+        (EntryKind::View, Some(store), _) => format!("view of {}", &store[..16]),
+        (EntryKind::View, None, _) => "entry".into(),
+    }
 }
 
 fn print_staging(dest: &Path, staging: &[StageState]) -> std::io::Result<()> {

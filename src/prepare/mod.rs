@@ -4,7 +4,6 @@
 //! from the token store (`view`), which opens no input and runs no tokenizer.
 
 mod budget;
-pub mod claims;
 mod pipeline;
 mod publish;
 mod record;
@@ -16,9 +15,11 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
-use crate::cache::build_progress::BuildProgress;
+use crate::cache::build_progress;
+use crate::cache::claims::Claims;
 use crate::cache::layout::{BUILDING_DIR, BuildLayout, CacheLayout, EntryLayout, USED_DIR};
 use crate::cache::lease::Lease;
+use crate::cache::lookup::{self, LookupError};
 use crate::cache::manifest::{BuildRecord, EntryKind, Manifest, ManifestError, StoreDtype};
 use crate::cache::publish::{link_name, publish};
 use crate::errors::{Failure, Fault, IoError};
@@ -28,10 +29,8 @@ use crate::inputs::{self, ContentHashMemo, InputError, SplitInputs};
 use crate::progress::{self, ProgressMode, Reporter};
 use crate::source::Selector;
 use crate::spec::{Spec, SpecError};
-use crate::ticker::Ticker;
 use crate::tokenizer::{self, Encoders, TokenizerError};
 use crate::view::{self, ViewError};
-use claims::Claims;
 use together::{Together, build_together};
 
 pub use shard::{BuildCounters, ShardError, ShardRecord};
@@ -61,18 +60,14 @@ pub enum PrepareError {
     /// The cache's layout version, or the cache root itself, is not usable.
     #[error("checking the cache layout of {path}")]
     Layout { path: PathBuf, source: std::io::Error },
-    #[error(
-        "entry {path} has fingerprint {found}, not {expected}; remove it (a 64-bit prefix collision or a damaged cache)"
-    )]
-    Collision { path: PathBuf, found: String, expected: String },
+    #[error(transparent)]
+    Lookup(#[from] LookupError),
     #[error(
         "split {split:?} has no documents: {filtered} filtered out, {skipped} bad records skipped; check source.text_field, [filter] and the inputs"
     )]
     EmptySplit { split: String, filtered: u64, skipped: u64 },
     #[error("the token store {path} is in use (a live lease); --rebuild-tokens removes it once nothing uses it")]
     TokenStoreInUse { path: PathBuf },
-    #[error("entry {path} is a {found}, where a {expected} of this spec belongs; remove it (a damaged cache)")]
-    WrongKind { path: PathBuf, found: &'static str, expected: &'static str },
 }
 
 /// Execution settings; none of them changes the entry's bytes.
@@ -158,29 +153,13 @@ impl TokenStoreOutcome {
     }
 }
 
-/// Loads the published entry with this fingerprint, if any, checked to be of `kind`.
+/// The published entry with this fingerprint, if any, checked to be of `kind`.
 pub fn published_kind(
     cache: &CacheLayout,
     fingerprint: &Fingerprint,
     kind: EntryKind,
 ) -> Result<Option<(EntryLayout, Manifest)>, PrepareError> {
-    let entry = cache.entry(&fingerprint.short());
-    if !entry.manifest().exists() {
-        return Ok(None);
-    }
-    let manifest = Manifest::load(&entry.manifest())?;
-    if manifest.fingerprint != fingerprint.full() {
-        return Err(PrepareError::Collision {
-            path: entry.root().to_path_buf(),
-            found: manifest.fingerprint,
-            expected: fingerprint.full(),
-        });
-    }
-    if manifest.kind != kind {
-        let (found, expected) = (manifest.kind.name(), kind.name());
-        return Err(PrepareError::WrongKind { path: entry.root().to_path_buf(), found, expected });
-    }
-    Ok(Some((entry, manifest)))
+    Ok(lookup::published(cache, fingerprint, kind)?)
 }
 
 /// The published view with this fingerprint, if any.
@@ -208,8 +187,16 @@ pub fn prepare(spec: &Spec, cache: &CacheLayout, options: &PrepareOptions) -> Re
     }
     let (store, outcome) = token_store(spec, cache, options, &mut located)?;
     mark_used(cache, &located.tokens.short());
-    let derived = view::derive(cache, spec, &store, &located, &outcome, options.jobs)?;
-    let prepared = Prepared { entry: derived.entry, manifest: derived.manifest, built: derived.built, token_store: outcome };
+    let making = view::Making {
+        fingerprint: located.view,
+        hash_seconds: located.hash_seconds,
+        tokenize_seconds: outcome.tokenize_seconds,
+        shards_tokenized_here: outcome.shards_tokenized_here,
+        jobs: options.jobs,
+    };
+    let derived = view::derive(cache, spec, &store, &making)?;
+    let prepared =
+        Prepared { entry: derived.entry, manifest: derived.manifest, built: derived.built, token_store: outcome };
     use_published(cache, spec, prepared)
 }
 
@@ -277,40 +264,10 @@ fn token_store(
         }
     };
     let tokenize_seconds = started.elapsed().as_secs_f64();
-    let publish_started = Instant::now();
-    let by_split = record::group(located, records)?;
-    let tokenizer_files = encoders
-        .files_for_readers(None)
-        .map_err(|message| TokenizerError::Load { source_name: encoders.source_name.clone(), message })?;
-    let publish::Assembly { entry: assembly, data_files, files } =
-        publish::assemble(&build, &by_split.records, &tokenizer_files)?;
-    let build_record = BuildRecord {
-        host: fsutil::whoami().host.clone(),
-        pid: fsutil::whoami().pid,
-        workers: options.jobs,
-        shards_tokenized_here: tokenized_here,
-        shards_total: tasks.len(),
-    };
-    let making = record::Making {
-        spec,
-        located,
-        encoders: &encoders,
-        kind,
-        fast_off,
-        build: build_record,
-        tokenize_seconds,
-    };
-    let mut manifest = record::manifest(making, by_split.counts, &data_files, files);
-    manifest.timings.publish_seconds = publish_started.elapsed().as_secs_f64();
-    manifest.timings.total_seconds = started.elapsed().as_secs_f64() + located.hash_seconds;
-    let won = publish(cache, assembly, &manifest)?;
+    let finished =
+        Finished { records, tokenized_here, kind, fast_off, started, tokenize_seconds, shards_total: tasks.len() };
+    let manifest = publish_store(&run, finished)?;
     encoders.free_in_background();
-    if won {
-        // Published: the build directory has served its purpose.
-        let _ = untrusted::remove_tree_below(cache.root(), &Path::new(BUILDING_DIR).join(&short));
-    } else {
-        manifest = Manifest::load(&cache.entry(&short).manifest())?;
-    }
     let outcome = TokenStoreOutcome {
         fingerprint: located.tokens,
         built: true,
@@ -319,6 +276,57 @@ fn token_store(
         tokens: manifest.totals.counts.tokens,
     };
     Ok((manifest, outcome))
+}
+
+/// A token store's shards, all tokenized, and how.
+struct Finished {
+    records: Vec<ShardRecord>,
+    tokenized_here: usize,
+    kind: crate::cache::manifest::EncoderKind,
+    fast_off: Option<String>,
+    started: Instant,
+    tokenize_seconds: f64,
+    shards_total: usize,
+}
+
+/// Assembles and publishes the token store (another task may have published it
+/// first: its manifest is then the one returned).
+fn publish_store(run: &BuildRun, finished: Finished) -> Result<Manifest, PrepareError> {
+    let BuildRun { spec, cache, options, located, encoders, build } = *run;
+    let publish_started = Instant::now();
+    let by_split = record::group(located, finished.records)?;
+    let tokenizer_files = encoders
+        .files_for_readers(None)
+        .map_err(|message| TokenizerError::Load { source_name: encoders.source_name.clone(), message })?;
+    let publish::Assembly { entry: assembly, data_files, files } =
+        publish::assemble(build, &by_split.records, &tokenizer_files)?;
+    let build_record = BuildRecord {
+        host: fsutil::whoami().host.clone(),
+        pid: fsutil::whoami().pid,
+        workers: options.jobs,
+        shards_tokenized_here: finished.tokenized_here,
+        shards_total: finished.shards_total,
+    };
+    let making = record::Making {
+        spec,
+        located,
+        encoders,
+        kind: finished.kind,
+        fast_off: finished.fast_off,
+        build: build_record,
+        tokenize_seconds: finished.tokenize_seconds,
+    };
+    let mut manifest = record::manifest(making, by_split.counts, &data_files, files);
+    manifest.timings.publish_seconds = publish_started.elapsed().as_secs_f64();
+    manifest.timings.total_seconds = finished.started.elapsed().as_secs_f64() + located.hash_seconds;
+    let short = located.tokens.short();
+    if publish(cache, assembly, &manifest)? {
+        // Published: the build directory has served its purpose.
+        let _ = untrusted::remove_tree_below(cache.root(), &Path::new(BUILDING_DIR).join(&short));
+    } else {
+        manifest = Manifest::load(&cache.entry(&short).manifest())?;
+    }
+    Ok(manifest)
 }
 
 /// Names the published view after the spec and records its use.
@@ -401,7 +409,7 @@ fn tokenize_all<'a>(
     tasks: &[shard::ShardTask],
 ) -> Result<Together<'a>, PrepareError> {
     let BuildRun { spec, cache, options, located, encoders, build } = *run;
-    let _progress_file = progress_ticker(build, spec, &located.tokens, tasks.len() as u64);
+    let _progress_file = build_progress::ticker(build, &spec.name, &located.tokens, tasks.len() as u64);
     let counters = Arc::new(BuildCounters::default());
     let budget = budget::Budget::for_threads(options.jobs);
     let context = shard::ShardContext {
@@ -444,33 +452,6 @@ fn start_reporter(
     })
 }
 
-/// Keeps this builder's progress file fresh every two seconds; it is removed with
-/// the build directory (or by `gc` when the builder died).
-pub fn progress_ticker(build: &BuildLayout, spec: &Spec, fingerprint: &Fingerprint, shards_total: u64) -> Ticker {
-    let (host, pid) = (fsutil::whoami().host.clone(), fsutil::whoami().pid);
-    let path = build.progress_file(&host, pid);
-    let build = build.clone();
-    let mut progress = BuildProgress {
-        name: spec.name.clone(),
-        fingerprint: fingerprint.full(),
-        host,
-        pid,
-        job_id: fsutil::whoami().job_id.clone(),
-        shards_done: 0,
-        shards_total,
-        updated_unix: 0,
-    };
-    Ticker::every(std::time::Duration::from_secs(2), move || {
-        progress.shards_done = build.count_shard_records();
-        progress.updated_unix = fsutil::now_unix();
-        if build.root().exists()
-            && let Ok(bytes) = serde_json::to_vec(&progress)
-        {
-            let _ = fsutil::write_atomic_unsynced(&path, &bytes);
-        }
-    })
-}
-
 /// Records a use of the entry: the mtime of `used/<fp16>`. Cheap, and never
 /// rewrites the manifest.
 pub fn mark_used(cache: &CacheLayout, short_fingerprint: &str) {
@@ -488,6 +469,7 @@ impl Failure for PrepareError {
     fn fault(&self) -> Fault {
         match self {
             PrepareError::View(view) => view.fault(),
+            PrepareError::Lookup(lookup) => lookup.fault(),
             PrepareError::Gc(gc) => gc.fault(),
             // Writing and I/O failures are the user's when the disk or permissions are.
             PrepareError::Io(_) => Fault::Cause,

@@ -2,10 +2,10 @@
 
 use std::collections::BTreeMap;
 
+use crate::cache::layout::EntryLayout;
 use crate::cache::layout::{BuildLayout, token_store_file};
 use crate::cache::manifest::WrittenFile;
 use crate::cache::publish::{clear_assembly, write_root_files};
-use crate::cache::layout::EntryLayout;
 use crate::errors::IoError;
 use crate::fsutil;
 

@@ -7,8 +7,8 @@ use std::collections::BTreeMap;
 use crate::cache::manifest::EncoderKind;
 use crate::cache::manifest::WrittenFile;
 use crate::cache::manifest::{
-    BuildRecord, Counts, DocumentsRecord, EntryKind, InputRecord, MANIFEST_VERSION, Manifest, SplitRecord,
-    StoreDtype, Timings, TokenizerRecord, Totals,
+    BuildRecord, Counts, DocumentsRecord, EntryKind, InputRecord, MANIFEST_VERSION, Manifest, SplitRecord, StoreDtype,
+    Timings, TokenizerRecord, Totals,
 };
 use crate::spec::Spec;
 use crate::tokenizer::Encoders;

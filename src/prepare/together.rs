@@ -12,9 +12,9 @@ use crate::errors::IoError;
 use crate::fingerprint::Fingerprint;
 use crate::fsutil::{self, untrusted};
 
-use super::claims::{self, ClaimGuard, Claims};
 use super::shard::{self, ShardError, ShardRecord};
 use super::{PrepareError, published_kind};
+use crate::cache::claims::{self, ClaimGuard, Claims};
 use crate::cache::manifest::EntryKind;
 
 /// Whether the token store being built was published (by any task).

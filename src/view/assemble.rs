@@ -16,12 +16,12 @@ use crate::cache::publish::{clear_assembly, hash_small_file, write_root_files};
 use crate::cache::writer::{self, Columns};
 use crate::errors::IoError;
 use crate::fsutil;
-use crate::prepare::{Located, TokenStoreOutcome};
 use crate::spec::{PackMode, Spec};
 use crate::tokenizer::{SpecialTokens, reader_files};
 
+use super::rows::PlanStats;
 use super::store::TokenStore;
-use super::{SplitOutput, ViewError};
+use super::{Making, SplitOutput, ViewError};
 
 /// The largest `tokenizer.json` read from a token store (the biggest released ones are ~20 MB).
 const MAX_TOKENIZER_BYTES: u64 = 256 << 20;
@@ -29,10 +29,8 @@ const MAX_TOKENIZER_BYTES: u64 = 256 << 20;
 /// What the manifest records of how the view was made.
 pub struct Made<'a> {
     pub spec: &'a Spec,
-    pub located: &'a Located,
-    pub tokenized: &'a TokenStoreOutcome,
+    pub making: &'a Making,
     pub store: &'a TokenStore<'a>,
-    pub jobs: usize,
     pub view_seconds: f64,
 }
 
@@ -43,13 +41,13 @@ pub fn assemble(
     outputs: Vec<(String, SplitOutput)>,
 ) -> Result<(EntryLayout, Manifest), ViewError> {
     let Made { spec, store, .. } = *made;
-    let short = made.located.view.short();
+    let short = made.making.fingerprint.short();
     let assembly = build.assembly(&fsutil::host_name(), std::process::id());
     clear_assembly(build.root(), &assembly)?;
     let columns = Columns::new(spec.output.token_type, &spec.sequence);
     let mut files = Vec::new();
     let mut splits = BTreeMap::new();
-    let mut stats = super::plan::PlanStats::default();
+    let mut stats = PlanStats::default();
     for (split, output) in outputs {
         let data_files = link_arrow_parts(build, &assembly, &split, &output, &columns, &short, &mut files)?;
         let units: Vec<UnitParts> = output.units.iter().filter_map(|unit| unit.formats.clone()).collect();
@@ -103,7 +101,8 @@ fn link_arrow_parts(
     for (index, part) in parts.into_iter().enumerate() {
         let name = data_file_name(index, count);
         let source = build.parts_dir(split).join(&part.path);
-        std::fs::hard_link(&source, split_dir.join(&name)).map_err(IoError::at("linking into the assembly", &source))?;
+        std::fs::hard_link(&source, split_dir.join(&name))
+            .map_err(IoError::at("linking into the assembly", &source))?;
         files.push(WrittenFile { path: format!("{split}/{name}"), ..part.clone() });
         names.push(name);
     }
@@ -136,9 +135,9 @@ fn manifest(
     made: &Made,
     splits: BTreeMap<String, SplitRecord>,
     files: Vec<WrittenFile>,
-    stats: &super::plan::PlanStats,
+    stats: &PlanStats,
 ) -> Manifest {
-    let Made { spec, located, tokenized, store, jobs, view_seconds } = *made;
+    let Made { spec, making, store, view_seconds } = *made;
     let mut totals = Totals { bytes: files.iter().map(|f| f.size).sum(), ..Totals::default() };
     splits.values().for_each(|split| totals.counts.add(&split.counts));
     let sequence = &spec.sequence;
@@ -146,7 +145,7 @@ fn manifest(
     let padded = sequence.pack == PackMode::BestFit;
     Manifest {
         manifest_version: MANIFEST_VERSION,
-        fingerprint: located.view.full(),
+        fingerprint: making.fingerprint.full(),
         name: spec.name.clone(),
         tool_version: env!("CARGO_PKG_VERSION").to_string(),
         created_unix: fsutil::now_unix(),
@@ -156,16 +155,16 @@ fn manifest(
         files,
         totals,
         timings: Timings {
-            hash_inputs_seconds: located.hash_seconds,
-            tokenize_seconds: tokenized.tokenize_seconds,
+            hash_inputs_seconds: making.hash_seconds,
+            tokenize_seconds: making.tokenize_seconds,
             view_seconds,
             ..Timings::default()
         },
         build: BuildRecord {
             host: fsutil::whoami().host.clone(),
             pid: fsutil::whoami().pid,
-            workers: jobs,
-            shards_tokenized_here: tokenized.shards_tokenized_here,
+            workers: making.jobs,
+            shards_tokenized_here: making.shards_tokenized_here,
             shards_total: store.manifest.splits.values().map(|split| split.data_files.len()).sum(),
         },
         kind: EntryKind::View,

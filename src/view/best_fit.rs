@@ -16,7 +16,7 @@
 
 use std::collections::BTreeMap;
 
-use super::plan::{Piece, Plan};
+use super::rows::{Piece, Plan};
 
 /// Tokens of documents packed together (see the module's comment).
 pub const WINDOW_TOKENS: u64 = 8 << 20;
@@ -98,11 +98,8 @@ mod tests {
         // Lengths 6, 3, 4, 2, 1 into rows of 7: 6 opens row 0 (room 1), 4 opens row 1
         // (room 3), 3 fits row 1 exactly, 2 opens row 2 (room 5), 1 fills row 0.
         let plan = plan_shard(PackMode::BestFit, 7, 0, &[6, 3, 4, 2, 1]);
-        let rows: Vec<(Vec<u32>, u32)> = plan
-            .rows
-            .iter()
-            .map(|row| (plan.pieces_of(row).iter().map(|p| p.len).collect(), row.padding))
-            .collect();
+        let rows: Vec<(Vec<u32>, u32)> =
+            plan.rows.iter().map(|row| (plan.pieces_of(row).iter().map(|p| p.len).collect(), row.padding)).collect();
         assert_eq!(rows, [(vec![6, 1], 0), (vec![4, 3], 0), (vec![2], 5)]);
         assert_eq!((plan.stats.tokens, plan.stats.padding, plan.stats.documents_split), (16, 5, 0));
     }
@@ -144,7 +141,7 @@ mod tests {
             for row in &plan.rows {
                 proptest::prop_assert_eq!(plan.row_tokens(row), u64::from(seq_len));
             }
-            let offsets = crate::view::plan::document_offsets(&lengths);
+            let offsets = crate::view::rows::document_offsets(&lengths);
             for piece in &plan.pieces {
                 let document = offsets.partition_point(|&o| o <= piece.start) - 1;
                 let whole = piece.start == offsets[document] && piece.len == lengths[document];

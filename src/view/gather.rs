@@ -9,7 +9,7 @@ use std::os::unix::fs::FileExt;
 use crate::cache::token_store;
 use crate::errors::IoError;
 
-use super::plan::{Plan, RowRef};
+use super::rows::{Plan, RowRef};
 use super::store::StoreShard;
 
 /// Bytes read at once when rows come in file order.

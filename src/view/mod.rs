@@ -8,7 +8,8 @@
 //! # Layout
 //!
 //! - `store`: a token store's shards, read and checked against its manifest.
-//! - `plan`: rows as pieces of documents, from the documents' lengths alone.
+//! - `rows`: rows as pieces of documents.
+//! - `plan`: the rows of an input shard, from its documents' lengths alone.
 //! - `best_fit`: best-fit-decreasing packing of a window of documents.
 //! - `shuffle`: the seeded permutation of a split's rows.
 //! - `gather`: a row's tokens, read from the token store's files.
@@ -20,6 +21,7 @@ mod assemble;
 pub mod best_fit;
 mod gather;
 pub mod plan;
+pub mod rows;
 pub mod shuffle;
 mod store;
 mod write;
@@ -29,19 +31,21 @@ use std::time::Instant;
 
 use rayon::prelude::*;
 
+use crate::cache::build_progress;
+use crate::cache::claims::{ClaimGuard, Claims};
 use crate::cache::formats::FormatsPlan;
 use crate::cache::layout::{BUILDING_DIR, CacheLayout, EntryLayout};
 use crate::cache::lease::Lease;
-use crate::cache::manifest::{EntryKind, Manifest};
+use crate::cache::lookup::{LookupError, published};
+use crate::cache::manifest::{EntryKind, Manifest, ManifestError};
 use crate::cache::publish::publish;
 use crate::cache::writer::{Columns, WriteError};
 use crate::errors::{Failure, Fault, IoError};
+use crate::fingerprint::Fingerprint;
 use crate::fsutil::untrusted;
-use crate::prepare::claims::Claims;
-use crate::prepare::{Located, PrepareError, TokenStoreOutcome};
 use crate::spec::{PackMode, Spec};
 
-use plan::{Plan, PlanStats};
+use rows::{Plan, PlanStats};
 use store::{StoreShard, TokenStore};
 use write::{UnitContext, UnitOutput, write_unit};
 
@@ -70,13 +74,9 @@ pub enum ViewError {
     #[error("starting worker threads")]
     Threads(#[source] rayon::ThreadPoolBuildError),
     #[error(transparent)]
-    Prepare(Box<PrepareError>),
-}
-
-impl From<PrepareError> for ViewError {
-    fn from(err: PrepareError) -> Self {
-        ViewError::Prepare(Box::new(err))
-    }
+    Lookup(#[from] LookupError),
+    #[error(transparent)]
+    Manifest(#[from] ManifestError),
 }
 
 impl Failure for ViewError {
@@ -84,7 +84,8 @@ impl Failure for ViewError {
         match self {
             ViewError::Io(_) | ViewError::Write(_) | ViewError::StoreGone { .. } => Fault::Cause,
             ViewError::Threads(_) => Fault::Internal,
-            ViewError::Prepare(prepare) => prepare.fault(),
+            ViewError::Lookup(lookup) => lookup.fault(),
+            ViewError::Manifest(manifest) => manifest.fault(),
             _ => Fault::User,
         }
     }
@@ -102,6 +103,17 @@ pub struct Derived {
     pub built: bool,
 }
 
+/// What a view's manifest records of the prepare that made it.
+pub struct Making {
+    /// The view's fingerprint.
+    pub fingerprint: Fingerprint,
+    pub hash_seconds: f64,
+    /// Tokenizing this prepare did first (0 when the token store was there).
+    pub tokenize_seconds: f64,
+    pub shards_tokenized_here: usize,
+    pub jobs: usize,
+}
+
 /// How long a prepare waits between looks at a view another one is deriving.
 const POLL: std::time::Duration = std::time::Duration::from_millis(250);
 
@@ -112,9 +124,7 @@ pub fn derive(
     cache: &CacheLayout,
     spec: &Spec,
     store_manifest: &Manifest,
-    located: &Located,
-    tokenized: &TokenStoreOutcome,
-    jobs: usize,
+    making: &Making,
 ) -> Result<Derived, ViewError> {
     let started = Instant::now();
     let token_type = spec.output.token_type;
@@ -122,75 +132,83 @@ pub fn derive(
         let vocab_size = store_manifest.tokenizer.vocab_size;
         return Err(ViewError::VocabTooLarge { vocab_size, token_type: token_type.dtype() });
     }
-    let short = located.view.short();
-    let store_short = store_manifest.short_fingerprint();
-    // Held while the view reads the token store: gc keeps both meanwhile.
-    let _store_lease =
-        Lease::acquire(cache, store_short, "derive").map_err(IoError::at("taking a lease in", cache.root()))?;
-    let _lease = crate::prepare::build_lease(cache, &short)?;
-    let build = cache.build(&short);
-    let claims = Claims::new(cache.liveness());
-    let claim = build.root().join("derive.lock");
-    let _claimed = loop {
-        if let Some((entry, manifest)) = crate::prepare::published(cache, &located.view)? {
-            return Ok(Derived { entry, manifest, built: false });
-        }
-        cache.create_own_dirs(&[build.root().to_path_buf()]).map_err(IoError::at("creating", build.root()))?;
-        if let Some(guard) = claims.try_claim(&claim).map_err(IoError::at("claiming", &claim))? {
-            break guard;
-        }
-        std::thread::sleep(POLL);
-    };
-    if let Some((entry, manifest)) = crate::prepare::published(cache, &located.view)? {
-        return Ok(Derived { entry, manifest, built: false });
-    }
-    let store = TokenStore::open(cache, store_manifest)?;
-    // What a deriver that died here left.
-    untrusted::remove_tree_below(cache.root(), &Path::new(BUILDING_DIR).join(&short).join("parts"))
-        .map_err(IoError::at("clearing", build.root()))?;
-    let splits: Vec<&String> = store_manifest.splits.keys().collect();
-    let _progress = crate::prepare::progress_ticker(&build, spec, &located.view, splits.len() as u64);
-    let pool = rayon::ThreadPoolBuilder::new().num_threads(jobs.max(1)).build().map_err(ViewError::Threads)?;
     let pad_id = match spec.sequence.pack {
         PackMode::BestFit => store_manifest.tokenizer.pad_id.ok_or(ViewError::NoPadToken)?,
         _ => 0,
     };
-    let context = |split| UnitContext {
-        build: &build,
-        split,
-        columns: Columns::new(token_type, &spec.sequence),
-        formats: FormatsPlan {
-            formats: &spec.output.formats,
-            token_type,
-            documents: spec.sequence.position_ids || spec.sequence.pack == PackMode::BestFit,
-        },
-        target_shard_bytes: spec.output.target_shard_bytes,
-        pad_id,
+    let short = making.fingerprint.short();
+    // Held while the view reads the token store: gc keeps both meanwhile.
+    let lease =
+        |short: &str, kind| Lease::acquire(cache, short, kind).map_err(IoError::at("taking a lease in", cache.root()));
+    let (_store_lease, _lease) = (lease(store_manifest.short_fingerprint(), "derive")?, lease(&short, "build")?);
+    let claims = Claims::new(cache.liveness());
+    let _claimed = match claim(cache, &claims, &making.fingerprint)? {
+        Claimed::Ours(guard) => guard,
+        Claimed::Published(entry, manifest) => return Ok(Derived { entry, manifest: *manifest, built: false }),
     };
+    let store = TokenStore::open(cache, store_manifest)?;
+    let build = cache.build(&short);
+    // What a deriver that died here left.
+    untrusted::remove_tree_below(cache.root(), &Path::new(BUILDING_DIR).join(&short).join("parts"))
+        .map_err(IoError::at("clearing", build.root()))?;
+    let splits: Vec<&String> = store_manifest.splits.keys().collect();
+    let _progress = build_progress::ticker(&build, &spec.name, &making.fingerprint, splits.len() as u64);
+    let pool = rayon::ThreadPoolBuilder::new().num_threads(making.jobs.max(1)).build().map_err(ViewError::Threads)?;
     let mut outputs = Vec::new();
     for split in splits {
-        let context = context(split.as_str());
-        let derived = pool.install(|| derive_split(&store, &context, spec))?;
-        outputs.push((split.clone(), derived));
+        let context = UnitContext {
+            build: &build,
+            split,
+            columns: Columns::new(token_type, &spec.sequence),
+            formats: FormatsPlan {
+                formats: &spec.output.formats,
+                token_type,
+                documents: spec.sequence.position_ids || spec.sequence.pack == PackMode::BestFit,
+            },
+            target_shard_bytes: spec.output.target_shard_bytes,
+            pad_id,
+        };
+        outputs.push((split.clone(), pool.install(|| derive_split(&store, &context, spec))?));
     }
-    let view_seconds = started.elapsed().as_secs_f64();
     let publish_started = Instant::now();
-    let made = assemble::Made { spec, located, tokenized, store: &store, jobs, view_seconds };
+    let made = assemble::Made { spec, making, store: &store, view_seconds: started.elapsed().as_secs_f64() };
     let (assembly, mut manifest) = assemble::assemble(&build, &made, outputs)?;
     manifest.timings.publish_seconds = publish_started.elapsed().as_secs_f64();
-    manifest.timings.total_seconds =
-        located.hash_seconds + tokenized.tokenize_seconds + started.elapsed().as_secs_f64();
+    manifest.timings.total_seconds = making.hash_seconds + making.tokenize_seconds + started.elapsed().as_secs_f64();
     let won = publish(cache, assembly, &manifest)?;
     let entry = cache.entry(&short);
     if won {
         let _ = untrusted::remove_tree_below(cache.root(), &Path::new(BUILDING_DIR).join(&short));
     } else {
-        manifest = Manifest::load(&entry.manifest()).map_err(PrepareError::from)?;
-        if manifest.kind != EntryKind::View {
-            return Err(ViewError::Vanished { path: entry.root().to_path_buf() });
-        }
+        manifest = Manifest::load(&entry.manifest())?;
     }
     Ok(Derived { entry, manifest, built: won })
+}
+
+/// Whether this prepare derives the view, or found it published.
+enum Claimed<'a> {
+    Ours(ClaimGuard<'a>),
+    Published(EntryLayout, Box<Manifest>),
+}
+
+/// Waits until the view is published or its claim is ours.
+fn claim<'a>(cache: &CacheLayout, claims: &'a Claims, view: &Fingerprint) -> Result<Claimed<'a>, ViewError> {
+    let build = cache.build(&view.short());
+    let path = build.root().join("derive.lock");
+    loop {
+        if let Some((entry, manifest)) = published(cache, view, EntryKind::View)? {
+            return Ok(Claimed::Published(entry, Box::new(manifest)));
+        }
+        cache.create_own_dirs(&[build.root().to_path_buf()]).map_err(IoError::at("creating", build.root()))?;
+        if let Some(guard) = claims.try_claim(&path).map_err(IoError::at("claiming", &path))? {
+            // Published by the holder before ours.
+            if let Some((entry, manifest)) = published(cache, view, EntryKind::View)? {
+                return Ok(Claimed::Published(entry, Box::new(manifest)));
+            }
+            return Ok(Claimed::Ours(guard));
+        }
+        std::thread::sleep(POLL);
+    }
 }
 
 /// One split's rows: its units' files in order, and what packing kept and added.

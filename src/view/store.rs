@@ -12,7 +12,7 @@ use crate::cache::token_store;
 use crate::fsutil::untrusted::Dir;
 
 use super::ViewError;
-use super::plan::document_offsets;
+use super::rows::document_offsets;
 
 /// A published token store, opened.
 pub struct TokenStore<'a> {
@@ -76,7 +76,8 @@ impl<'a> TokenStore<'a> {
         let unreadable = |file: &str, err: std::io::Error| self.damaged(file, format!("cannot be read: {err}"));
         let index = self.dir.read(&idx, idx_record.size).map_err(|err| unreadable(&idx, err))?;
         self.check(&idx, idx_record, index.len() as u64, blake3::hash(&index))?;
-        let lengths = token_store::read_index(&index, self.dtype, bin_record.size).map_err(|why| self.damaged(&idx, why))?;
+        let lengths =
+            token_store::read_index(&index, self.dtype, bin_record.size).map_err(|why| self.damaged(&idx, why))?;
         drop(index);
         let file = self.dir.open_file(bin).map_err(|err| unreadable(bin, err))?;
         let size = file.metadata().map_err(|err| unreadable(bin, err))?.len();
@@ -108,7 +109,9 @@ impl<'a> TokenStore<'a> {
             return Err(self.damaged(file, format!("has {size} bytes, its manifest says {}", record.size)));
         }
         if hash.to_hex().as_str() != record.blake3 {
-            return Err(self.damaged(file, format!("has blake3 {}, its manifest says {}", hash.to_hex(), record.blake3)));
+            return Err(
+                self.damaged(file, format!("has blake3 {}, its manifest says {}", hash.to_hex(), record.blake3))
+            );
         }
         Ok(())
     }

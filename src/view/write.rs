@@ -10,7 +10,7 @@ use crate::cache::writer::{Columns, PartWriter, Row};
 
 use super::ViewError;
 use super::gather::Gather;
-use super::plan::Plan;
+use super::rows::Plan;
 use super::store::StoreShard;
 
 /// What every unit of a view's split shares.

@@ -25,8 +25,8 @@ use std::path::{Path, PathBuf};
 
 use crate::cache::layout::megatron_file;
 use crate::cache::manifest::{StoreDtype, WrittenFile};
-use crate::errors::IoError;
 use crate::cache::writer::WriteError;
+use crate::errors::IoError;
 use crate::spec::TokenType;
 
 use super::SplitParts;

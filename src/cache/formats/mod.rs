@@ -132,7 +132,11 @@ impl SplitParts<'_> {
 
 /// Writes the extra formats of one split into the assembly at `entry_root`,
 /// returning their files (paths relative to the entry) for the manifest.
-pub fn assemble_split(entry_root: &Path, parts: &SplitParts, formats: &Formats) -> Result<Vec<WrittenFile>, WriteError> {
+pub fn assemble_split(
+    entry_root: &Path,
+    parts: &SplitParts,
+    formats: &Formats,
+) -> Result<Vec<WrittenFile>, WriteError> {
     let mut files = Vec::new();
     if !formats.any_extra() {
         return Ok(files);

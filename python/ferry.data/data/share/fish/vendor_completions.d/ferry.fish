@@ -44,6 +44,7 @@ complete -c ferry -n "__fish_ferry_needs_command" -f -a "manpage" -d 'Print the 
 complete -c ferry -n "__fish_ferry_needs_command" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c ferry -n "__fish_ferry_using_subcommand prepare" -l cache -d 'Cache root [default: $FERRY_CACHE, else $SCRATCH/ferry, else ~/.cache/ferry]' -r -F
 complete -c ferry -n "__fish_ferry_using_subcommand prepare" -s j -l jobs -d 'Worker threads [default: $SLURM_CPUS_PER_TASK, else all cores]' -r
+complete -c ferry -n "__fish_ferry_using_subcommand prepare" -l rebuild-tokens -d 'Remove the spec\'s token store first (unless in use) and tokenize again, as after an error saying it is damaged'
 complete -c ferry -n "__fish_ferry_using_subcommand prepare" -l json -d 'Print the result as JSON'
 complete -c ferry -n "__fish_ferry_using_subcommand prepare" -s v -l verbose -d 'More log output (-v: debug, -vv: trace). RUST_LOG overrides'
 complete -c ferry -n "__fish_ferry_using_subcommand prepare" -s q -l quiet -d 'Only errors on stderr, no progress'
