@@ -235,11 +235,13 @@ fn derive_split(store: &TokenStore, context: &UnitContext, spec: &Spec) -> Resul
                     let shard = store.load_shard(bin)?;
                     let plan = plan::plan_shard(sequence.pack, seq_len, 0, &shard.lengths);
                     let shards = std::slice::from_ref(&shard);
+                    // Best-fit rows take their pieces from anywhere in a window: each is read where it lies.
+                    let in_order = sequence.pack != PackMode::BestFit;
                     let units = plan
                         .runs(UNIT_TOKENS)
                         .into_par_iter()
                         .enumerate()
-                        .map(|(chunk, rows)| write_unit(context, (index, chunk), &plan, rows, shards, true))
+                        .map(|(chunk, rows)| write_unit(context, (index, chunk), &plan, rows, shards, in_order))
                         .collect::<Result<Vec<_>, _>>()?;
                     Ok((units, plan.stats))
                 })
