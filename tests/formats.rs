@@ -75,6 +75,27 @@ fn megatron_files_read_with_megatron_core_have_every_arrow_row() {
     assert!(report["entries"][&concat]["splits"]["validation"]["sequences"].as_u64().unwrap() > 2, "{report}");
 }
 
+#[test]
+fn megatron_core_reads_a_token_store_and_the_documents_of_packed_rows() {
+    let Some(python) = megatron_python() else { return };
+    let env = TestEnv::new();
+    let positions = prepared(&env, "positions", "seq_len = 48\nposition_ids = true\n", "formats = [\"megatron\"]\n");
+    let best_fit = prepared(
+        &env,
+        "best-fit",
+        "seq_len = 64\npack = \"best_fit\"\nposition_ids = true\nattention_mask = true\n",
+        "formats = [\"megatron\", \"flat\"]\n",
+    );
+    let report = check_formats(&python, &[&positions, &best_fit], "megatron");
+    let rows = manifest(Path::new(&positions))["splits"]["train"]["rows"].as_u64().unwrap();
+    let sequences = report["entries"][&positions]["splits"]["train"]["sequences"].as_u64().unwrap();
+    assert!(sequences > rows, "documents inside rows are sequences of their own: {report}");
+    let store = manifest(Path::new(&positions))["token_store"]["fingerprint"].as_str().unwrap()[..16].to_string();
+    let store = env.cache().join("entries").join(store);
+    let report = check_formats(&python, &[store.to_str().unwrap()], "store");
+    assert_eq!(report["entries"][store.to_str().unwrap()]["dtype"], "uint16", "GPT-2's ids fit 16 bits: {report}");
+}
+
 /// The Megatron index read by hand: header, version, dtype code and counts.
 fn megatron_index_header(path: &Path) -> (u8, u64, u64) {
     let bytes = std::fs::read(path).unwrap();

@@ -132,12 +132,19 @@ fn signal(pids: &[u32], name: &str) {
     }
 }
 
-/// The only entry directory of a cache.
+/// The only view of a cache (the entry a trainer loads), beside the one token store it was made from.
 fn only_entry(cache: &Path) -> PathBuf {
     let entries: Vec<PathBuf> =
         std::fs::read_dir(cache.join("entries")).unwrap().flatten().map(|e| e.path()).filter(|p| p.is_dir()).collect();
-    assert_eq!(entries.len(), 1, "{entries:?}");
-    entries[0].clone()
+    let (stores, views): (Vec<PathBuf>, Vec<PathBuf>) =
+        entries.into_iter().partition(|entry| json_file(&entry.join("manifest.json"))["kind"] == "tokens");
+    assert_eq!((views.len(), stores.len()), (1, 1), "one view and its token store: {views:?} {stores:?}");
+    views[0].clone()
+}
+
+/// The short fingerprint of the token store a view was made from.
+fn token_store_of(view: &Path) -> String {
+    json_file(&view.join("manifest.json"))["token_store"]["fingerprint"].as_str().unwrap()[..16].to_string()
 }
 
 /// The same spec built by one process into a cache of its own: the reference bytes.
@@ -341,9 +348,9 @@ fn a_node_killed_mid_build_is_taken_over_and_its_leases_expire() {
     let entry = only_entry(&env.cache());
     assert!(entry_data_files(&entry) == one_process_build(&env, &spec), "byte-identical entry");
 
-    // The dead node's build lease is still there; once stale it does not block gc.
-    let short_fingerprint = entry.file_name().unwrap().to_str().unwrap().to_string();
-    let leases_dir = env.cache().join("leases").join(&short_fingerprint);
+    // The dead node's build lease on the token store is still there; once stale it does not block gc.
+    let store = env.cache().join("entries").join(token_store_of(&entry));
+    let leases_dir = env.cache().join("leases").join(token_store_of(&entry));
     let dead_lease = std::fs::read_dir(&leases_dir)
         .unwrap()
         .flatten()
@@ -358,13 +365,14 @@ fn a_node_killed_mid_build_is_taken_over_and_its_leases_expire() {
         serde_json::from_str(&run_ok(srun_on("node1", &env, &conf, &["ferry", "gc", "--keep", "0", "--json"], vars)))
             .unwrap()
     };
-    // With the default stale age the lease (a few seconds old) still protects the entry...
+    // With the default stale age the lease (a few seconds old) still protects the token
+    // store (the view, which nobody holds, goes)...
     let kept = gc(&[]);
-    assert!(entry.exists(), "{kept}");
+    assert!(store.exists() && !entry.exists(), "{kept}");
     assert_eq!(kept["kept_in_use"].as_array().map(Vec::len), Some(1), "{kept}");
     // ...and past the short stale age the job ran with, it no longer does.
     let removed = gc(&short);
-    assert!(!entry.exists(), "the dead node's lease blocked gc: {removed}");
+    assert!(!store.exists(), "the dead node's lease blocked gc: {removed}");
 }
 
 /// Starts `ferry stage` on `node` and freezes its ferry processes (SIGSTOP) while it
@@ -586,13 +594,18 @@ fn gc_racing_a_prepare_on_another_node_deletes_nothing_in_use() {
     assert_eq!(built["built"], true, "{built}");
     assert!(reports.len() > 1, "the build ended before gc could race it: {reports:?}");
 
-    // gc removed the old entry, never the build in progress or the entry it published.
+    // gc removed the old entries, never the build in progress or the view it published;
+    // its token store, once the view was made from it, is the policy's to evict.
+    let short = built["fingerprint"].as_str().unwrap()[..16].to_string();
+    let new_store = built["token_store"]["fingerprint"].as_str().unwrap()[..16].to_string();
     let removed: Vec<&serde_json::Value> = reports.iter().flat_map(|r| r["removed"].as_array().unwrap()).collect();
     for item in &removed {
-        assert!(item["name"] == "old" && ["entry", "link"].contains(&item["kind"].as_str().unwrap()), "{removed:?}");
+        let kind = item["kind"].as_str().unwrap();
+        let old = item["name"] == "old" && ["entry", "link"].contains(&kind);
+        let new_store_after_its_view = kind == "entry" && item["path"].as_str().unwrap().ends_with(&new_store);
+        assert!(old || new_store_after_its_view, "{removed:?}");
     }
     assert!(!old_entry.exists(), "the unused entry outlived gc: {reports:?}");
-    let short = built["fingerprint"].as_str().unwrap()[..16].to_string();
     let verified = env.json(&["verify", &short, "--json"]);
     assert_eq!(verified[0]["problems"].as_array().map(Vec::len), Some(0), "{verified}");
 }

@@ -449,3 +449,33 @@ impl OutputAsync for Command {
         self.stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped()).spawn().unwrap()
     }
 }
+
+#[test]
+fn gc_keeps_a_token_store_while_a_view_is_made_from_it() {
+    let env = TestEnv::new();
+    env.shards("data", "train", 2, 50, 71);
+    let base = env.write("a.toml", gpt2_spec("a", "data/*.jsonl.zst", BASE));
+    let store = env.prepare(&base, &[])["token_store"]["fingerprint"].as_str().unwrap()[..16].to_string();
+    // Another prepare holds the new view's claim (this live test process): ours leases the
+    // token store, then waits for that claim.
+    let spec = env.write("b.toml", gpt2_spec("b", "data/*.jsonl.zst", "[sequence]\nseq_len = 32\n"));
+    let probe = env.prepare(&spec, &["--cache", env.path("probe-cache").to_str().unwrap()]);
+    let view = probe["fingerprint"].as_str().unwrap()[..16].to_string();
+    let claim = env.cache().join("building").join(&view).join("derive.lock");
+    std::fs::create_dir_all(claim.parent().unwrap()).unwrap();
+    let owner = serde_json::json!({"host": ferry::fsutil::host_name(), "pid": std::process::id(), "job_id": null, "task": null});
+    std::fs::write(&claim, owner.to_string()).unwrap();
+    let mut waiting = env.ferry().args(["prepare", spec.to_str().unwrap(), "--json"]).output_async();
+    common::wait_for_lease(&env.cache(), &store, &mut waiting);
+
+    let report = env.json(&["gc", "--keep", "0", "--json"]);
+    let kept: Vec<&str> = report["kept_in_use"].as_array().unwrap().iter().map(|k| k.as_str().unwrap()).collect();
+    assert!(kept.contains(&store.as_str()), "{report}");
+    assert!(env.cache().join("entries").join(&store).is_dir(), "the token store a view is read from survives gc");
+
+    std::fs::remove_file(&claim).unwrap();
+    let output = waiting.wait_with_output().unwrap();
+    assert!(output.status.success(), "{}", describe(&output));
+    let made: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!((made["built"].as_bool(), made["token_store"]["tokenized"].as_bool()), (Some(true), Some(false)));
+}

@@ -185,6 +185,10 @@ pub fn prepare(spec: &Spec, cache: &CacheLayout, options: &PrepareOptions) -> Re
         let token_store = TokenStoreOutcome::untouched(located.tokens, None);
         return use_published(cache, spec, Prepared { entry, manifest, built: false, token_store });
     }
+    // From before the token store is looked for until the view is made of it: gc
+    // (here or on another node) never takes it in between.
+    let _store_lease = Lease::acquire(cache, &located.tokens.short(), "derive")
+        .map_err(IoError::at("taking a lease in", cache.root()))?;
     let (store, outcome) = token_store(spec, cache, options, &mut located)?;
     mark_used(cache, &located.tokens.short());
     let making = view::Making {

@@ -4,7 +4,12 @@
                   numpy.load equal the `input_ids` of `datasets.load_from_disk(entry)`.
 --check megatron: `megatron/<split>_text_document` through megatron-core's
                   `IndexedDataset(prefix)` has one sequence per Arrow row with the same
-                  ids and dtype (the Arrow files are read with pyarrow).
+                  ids and dtype (the Arrow files are read with pyarrow); where the view
+                  keeps documents apart (position_ids, best_fit), one sequence per run of
+                  one document inside a row (where position_ids restart), padding in none.
+--check store:    a token store's `tokens/<split>/<shard>` through `IndexedDataset(prefix)`:
+                  one sequence per document, in the store's dtype, the documents' tokens
+                  adding up to the manifest's.
 The dtype expected is the entry's declared `output.token_type`. Prints one JSON
 line with what it checked, per entry.
 """
@@ -30,7 +35,7 @@ def hf_rows(entry):
     return {split: [list(row) for row in loaded[split]["input_ids"]] for split in loaded}
 
 
-def arrow_rows(entry):
+def arrow_rows(entry, column="input_ids"):
     import pyarrow as pa
 
     splits = json.load(open(os.path.join(entry, "dataset_dict.json")))["splits"]
@@ -40,9 +45,23 @@ def arrow_rows(entry):
         for path in sorted(glob.glob(os.path.join(entry, split, "data-*.arrow"))):
             with pa.OSFile(path) as source:
                 table = pa.ipc.open_stream(source).read_all()
-            rows.extend(table.column("input_ids").to_pylist())
+            rows.extend(table.column(column).to_pylist())
         result[split] = rows
     return result
+
+
+def document_pieces(entry, split, rows):
+    """Each run of one document inside a row: cut where position_ids restart, padding
+    (attention_mask 0) left out."""
+    positions = arrow_rows(entry, "position_ids")[split]
+    sequence = json.load(open(os.path.join(entry, "manifest.json")))["spec"]["sequence"]
+    masks = arrow_rows(entry, "attention_mask")[split] if sequence["attention_mask"] else [None] * len(rows)
+    pieces = []
+    for row, position, mask in zip(rows, positions, masks):
+        content = sum(mask) if mask is not None else len(row)
+        starts = [i for i, p in enumerate(position[:content]) if p == 0] + [content]
+        pieces.extend(row[a:b] for a, b in zip(starts, starts[1:]))
+    return pieces
 
 
 def check_flat(entry, dtype):
@@ -68,8 +87,12 @@ def check_flat(entry, dtype):
 def check_megatron(entry, dtype):
     from megatron.core.datasets.indexed_dataset import IndexedDataset
 
+    sequence = json.load(open(os.path.join(entry, "manifest.json")))["spec"]["sequence"]
+    by_document = sequence["position_ids"] or sequence["pack"] == "best_fit"
     report = {}
     for split, rows in arrow_rows(entry).items():
+        if by_document:
+            rows = document_pieces(entry, split, rows)
         dataset = IndexedDataset(os.path.join(entry, "megatron", f"{split}_text_document"))
         if len(dataset) != len(rows):
             fail(f"{split}: IndexedDataset has {len(dataset)} sequences, Arrow has {len(rows)} rows")
@@ -86,16 +109,43 @@ def check_megatron(entry, dtype):
     return report
 
 
+def check_store(entry, dtype):
+    from megatron.core.datasets.indexed_dataset import IndexedDataset
+
+    manifest = json.load(open(os.path.join(entry, "manifest.json")))
+    report = {}
+    for split, record in manifest["splits"].items():
+        documents = tokens = 0
+        for bin_path in record["data_files"]:
+            dataset = IndexedDataset(os.path.join(entry, bin_path[: -len(".bin")]))
+            documents += len(dataset)
+            for index in range(len(dataset)):
+                sequence = dataset[index]
+                if sequence.dtype != np.dtype(dtype):
+                    fail(f"{bin_path}: document {index} has dtype {sequence.dtype}, not {dtype}")
+                tokens += len(sequence)
+            if not np.array_equal(dataset.document_indices, np.arange(len(dataset) + 1)):
+                fail(f"{bin_path}: not one document per sequence")
+        if (documents, tokens) != (record["documents"], record["tokens"]):
+            fail(f"{split}: {documents} documents of {tokens} tokens, the manifest says {record['documents']} of {record['tokens']}")
+        report[split] = {"documents": documents, "tokens": tokens}
+    return report
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--entry", action="append", required=True, help="repeat to check several entries")
-    parser.add_argument("--check", choices=["flat", "megatron"], required=True)
+    parser.add_argument("--check", choices=["flat", "megatron", "store"], required=True)
     args = parser.parse_args()
-    check = check_flat if args.check == "flat" else check_megatron
+    check = {"flat": check_flat, "megatron": check_megatron, "store": check_store}[args.check]
     entries = {}
     for entry in args.entry:
-        # The declared token type, which both formats must keep.
-        dtype = json.load(open(os.path.join(entry, "manifest.json")))["spec"]["output"]["token_type"]
+        manifest = json.load(open(os.path.join(entry, "manifest.json")))
+        # The declared token type, which both formats must keep (a token store's: its own).
+        if args.check == "store":
+            dtype = manifest["documents"]["dtype"]
+        else:
+            dtype = manifest["spec"]["output"]["token_type"]
         entries[entry] = {"dtype": dtype, "splits": check(entry, dtype)}
     print(json.dumps({"check": args.check, "entries": entries}))
 
