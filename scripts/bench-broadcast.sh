@@ -45,7 +45,7 @@ cp -r "$work/corpus" "$bench/corpus"
 printf 'name = "bench-broadcast"\n[splits]\ntrain = ["corpus/*.jsonl.zst"]\n[tokenizer]\nbuiltin = "gpt2"\n[sequence]\nseq_len = 1024\n' > "$bench/spec.toml"
 export FERRY_CACHE="$bench/cache" PATH="$root/target/release:$PATH"
 "$ferry" prepare "$bench/spec.toml" --json > "$work/prepare.json"
-entry=$(ls -d "$bench"/cache/entries/*)
+entry=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["entry"])' "$work/prepare.json")
 entry_bytes=$(du -sb --apparent-size "$entry" | cut -f1)
 files=$(find "$entry" -type f | wc -l)
 say "entry: $entry_bytes bytes in $files files"

@@ -137,7 +137,7 @@ TOML
   done
   # The entry checked is the last one built, with the memos kept.
   say "$family: ids of every document against Python tokenizers"
-  entry=$(ls -d "$work"/cache/entries/*/ | head -1)
+  entry=$(dirname "$(grep -l '"kind": "view"' "$work"/cache/entries/*/manifest.json | head -1)")
   "$py" scripts/bench_peers.py exact "$tokenizer" "$entry" "${files[@]}" |
     "$py" -c "import json,sys; r=json.load(sys.stdin); r.update(tool='exact', family='$family'); print(json.dumps(r))" >> "$results"
 done

@@ -5,7 +5,8 @@
 # from memory, ferry's peak RSS, and the ratios against the targets. Then, same
 # corpus and cores: datatrove as a second peer, a Llama-3-structured tokenizer,
 # one shard against as many shards as cores, the encoder cores on one thread, and
-# what the megatron and flat output formats add (scripts/bench-formats.sh).
+# what the megatron and flat output formats add (scripts/bench-formats.sh), and new
+# views of one token store against a fresh build and against cp (scripts/bench-views.sh).
 #
 # Real text comes from Debian packages (kernel sources and docs, Python and Perl
 # docs, the GCIDE dictionary), downloaded with apt-get (no install). Without
@@ -89,7 +90,8 @@ print(json.dumps(result))
 PY
   (cd "$work" && "$bench_bin" pile.toml corpus/train-*.jsonl.zst) >> "$work/encoders.jsonl"
 done
-manifest=$(ls "$work"/cache/entries/*/manifest.json)
+# The view's manifest (the token store beside it records the documents, not the rows).
+manifest=$(grep -l '"kind": "view"' "$work"/cache/entries/*/manifest.json)
 
 say "Hugging Face recipe: load_dataset + map(num_proc=$cores) + group_texts"
 rm -rf "$work/hf-cache"
@@ -325,4 +327,13 @@ PY
 if [ "${BENCH_FORMATS:-1}" != 0 ]; then
   say "output formats: hf alone against hf + megatron + flat"
   FERRY_BIN="$ferry" BENCH_CORPUS="$corpus" BENCH_DIR="$work/formats" scripts/bench-formats.sh
+fi
+
+# ---- Views of one token store (scripts/bench-views.sh) -------------------------
+# A fresh build, then new views of its token store (another seq_len, labels, a
+# megatron format, best-fit at 2048 and 4096), against the fresh build and against cp
+# writing the same bytes. BENCH_VIEWS=0 skips it.
+if [ "${BENCH_VIEWS:-1}" != 0 ]; then
+  say "views of one token store: a fresh build against new views and cp"
+  FERRY_BIN="$ferry" BENCH_CORPUS="$corpus" BENCH_DIR="$work/views" BENCH_PYTHON="$venv/bin/python" scripts/bench-views.sh
 fi

@@ -1,6 +1,7 @@
 //! `ferry demo`: a small Pile-style corpus, prepared with the embedded GPT-2
-//! tokenizer, staged into a local folder as a job would, then how to load it.
-//! No network.
+//! tokenizer, a second view of the same token store (best-fit rows of 2048 with
+//! position_ids, made without tokenizing again), the first staged into a local
+//! folder as a job would, then how to load it. No network.
 
 use std::path::Path;
 
@@ -60,7 +61,23 @@ pub fn run(dir: &Path, jobs: usize, progress: ProgressMode) -> anyhow::Result<()
         prepared.manifest.timings.tokenize_seconds,
     )?;
 
-    // Stage it as a job would onto a node's local disk.
+    // Another view of the same documents: nothing is tokenized again.
+    let other_path = dir.join("pile-demo-best-fit.toml");
+    let other_text = DEMO_SPEC
+        .replace("pile-demo-gpt2-1024", "pile-demo-gpt2-best-fit-2048")
+        .replace("pack = \"concat\"\nseq_len = 1024", "pack = \"best_fit\"\nseq_len = 2048\nposition_ids = true");
+    crate::fsutil::write_atomic(&other_path, other_text.as_bytes()).context("writing the demo spec")?;
+    let other = prepare::prepare(&Spec::load(&other_path)?, &cache, &options).context("preparing the second view")?;
+    let packing = other.manifest.packing.as_ref();
+    out!(
+        "another view {} of the same token store: best-fit rows of 2048 with position_ids, {:.2}% filled, {:.2} s, {}",
+        other.entry.root().display(),
+        packing.map_or(1.0, |packing| packing.fill) * 100.0,
+        other.manifest.timings.view_seconds,
+        if other.token_store.built { "tokenized" } else { "nothing tokenized" },
+    )?;
+
+    // Stage the first as a job would onto a node's local disk.
     let dest = std::path::absolute(dir.join("node-local"))?;
     let plan = stage::plan_entry(&cache, &prepared.manifest, &dest)?;
     let options = StageOptions { dest: dest.clone(), jobs: 16, verify: true, progress };
