@@ -78,6 +78,36 @@ fn inspect_decodes_the_demo_rows_back_to_its_documents_and_counts_as_the_manifes
 }
 
 #[test]
+fn inspect_shows_a_token_stores_documents_and_a_views_store_and_packing() {
+    let env = TestEnv::new();
+    let demo = env.path("demo");
+    env.run_ok(&["demo", "--dir", demo.to_str().unwrap()]);
+    let cache = demo.join("cache");
+    let cache_args = ["--cache", cache.to_str().unwrap()];
+    let view = env.json(&[&["inspect", "pile-demo-gpt2-best-fit-2048", "--json"][..], &cache_args].concat());
+    assert_eq!(view["kind"], "view");
+    assert_eq!(view["packing"]["pack"], "best_fit", "{view}");
+    assert_eq!(view["token_store"]["present"], true, "{view}");
+    let store = view["token_store"]["fingerprint"].as_str().unwrap()[..16].to_string();
+
+    let args = [&["inspect", &store, "--rows", "3"][..], &cache_args].concat();
+    let report = env.json(&[&args[..], &["--json"]].concat());
+    assert_eq!(report["kind"], "tokens");
+    let documents = first_shard_documents(&demo.join("corpus"));
+    for (index, row) in report["rows"].as_array().unwrap().iter().enumerate() {
+        // A token store's rows are its documents, each with its EOS.
+        assert_eq!(row["text"].as_str().unwrap(), format!("{}<|endoftext|>", documents[index]), "document {index}");
+    }
+    let shown = env.run_ok(&args);
+    assert!(shown.contains("token store") && shown.contains("── train document 0 ("), "{shown}");
+    let shown = env.run_ok(&[&["inspect", "pile-demo-gpt2-best-fit-2048"][..], &cache_args].concat());
+    assert!(
+        shown.contains(&format!("view of token store {store}")) && shown.contains("best_fit, rows of 2048"),
+        "{shown}"
+    );
+}
+
+#[test]
 fn inspect_names_what_is_missing() {
     let env = TestEnv::new();
     let output = env.run(&["inspect", "no-such-entry"]);

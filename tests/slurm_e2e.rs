@@ -60,12 +60,18 @@ fn job_script_prepares_once_stages_and_trains_from_slurm_tmpdir() {
     assert!(trainer["files"].as_array().unwrap().iter().all(|f| f.as_str().unwrap().starts_with(tmpdir)), "{trainer}");
     assert!(trainer["rows"].as_u64().unwrap() > 0);
 
-    // Built once: one entry, every shard tokenized by the job's prepare.
-    let entries: Vec<_> = std::fs::read_dir(env.cache().join("entries")).unwrap().flatten().collect();
-    assert_eq!(entries.len(), 1);
-    let manifest: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(entries[0].path().join("manifest.json")).unwrap()).unwrap();
-    assert_eq!(manifest["build"]["shards_tokenized_here"], manifest["build"]["shards_total"]);
+    // Built once: one token store and its view, every shard tokenized by the job's prepare.
+    let manifests: Vec<serde_json::Value> = std::fs::read_dir(env.cache().join("entries"))
+        .unwrap()
+        .flatten()
+        .map(|entry| serde_json::from_slice(&std::fs::read(entry.path().join("manifest.json")).unwrap()).unwrap())
+        .collect();
+    let mut kinds: Vec<&str> = manifests.iter().map(|manifest| manifest["kind"].as_str().unwrap()).collect();
+    kinds.sort();
+    assert_eq!(kinds, ["tokens", "view"]);
+    for manifest in &manifests {
+        assert_eq!(manifest["build"]["shards_tokenized_here"], manifest["build"]["shards_total"]);
+    }
 
     // `ferry status` inside the job showed this node's staging complete.
     let staging = log

@@ -125,9 +125,10 @@ fn print_cache(report: &CacheStatus) -> std::io::Result<()> {
     }
     let t = &report.totals;
     out!(
-        "total: {} views and {} token stores, {} tokens in views' rows, {}; {} builds",
-        t.entries - t.token_stores,
+        "total: {} entries ({} token stores, {} views), {} tokens in views' rows, {}; {} builds",
+        t.entries,
         t.token_stores,
+        t.entries - t.token_stores,
         t.tokens,
         bytesize::ByteSize(t.bytes),
         t.builds

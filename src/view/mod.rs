@@ -201,8 +201,11 @@ fn claim<'a>(cache: &CacheLayout, claims: &'a Claims, view: &Fingerprint) -> Res
         }
         cache.create_own_dirs(&[build.root().to_path_buf()]).map_err(IoError::at("creating", build.root()))?;
         if let Some(guard) = claims.try_claim(&path).map_err(IoError::at("claiming", &path))? {
-            // Published by the holder before ours.
+            // Published by the holder before ours: the build directory, made again
+            // above after it removed it, is ours to remove.
             if let Some((entry, manifest)) = published(cache, view, EntryKind::View)? {
+                drop(guard);
+                let _ = untrusted::remove_tree_below(cache.root(), &Path::new(BUILDING_DIR).join(view.short()));
                 return Ok(Claimed::Published(entry, Box::new(manifest)));
             }
             return Ok(Claimed::Ours(guard));
