@@ -136,7 +136,10 @@ print(f"ratio reading leaves         {encode_cpu / (encode_cpu + read_cpu):5.2f}
 print(f"ferry peak RSS               {rss:5.2f} GiB (target <= 1 GiB) {'OK' if rss <= 1 else 'MISSED'}")
 PY
 
-# ---- Peers, a Llama-3-structured tokenizer, and shard counts -----------------
+# ---- Peers, a Llama-3-structured tokenizer, shard counts, encoder cores -------
+# BENCH_PEERS=0 skips this part (datatrove, the recipe again, the shard rounds, the
+# encoder cores), for a quick run of the rest.
+if [ "${BENCH_PEERS:-1}" != 0 ]; then
 # Same corpus, same cores: ferry vs the Hugging Face recipe vs datatrove (its
 # `JsonlReader` -> `DocumentTokenizer` pipeline), for GPT-2 and for a tokenizer
 # with Llama-3's structure and a >= 100k vocabulary; ferry with one shard vs the
@@ -320,6 +323,7 @@ for r in lines:
         print(f"    for reference, the tiktoken crate (built-in vocabularies only): {r['tiktoken_crate_tokens_per_second'] / 1e6:.2f} M, "
               f"fast core / tiktoken crate {r['fast_vs_tiktoken_crate']:.2f}x; documents differing: {r['documents_differing_from_tiktoken_crate']}")
 PY
+fi
 
 # ---- Extra output formats (scripts/bench-formats.sh) -------------------------
 # What writing the megatron and flat files adds over the Arrow files alone: time,
