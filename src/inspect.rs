@@ -216,8 +216,13 @@ fn first_rows(entry: &Dir, data_files: &[String], limit: usize) -> Result<Vec<Ve
     Ok(rows)
 }
 
-/// A token store's first `limit` documents, reading its shards in order. Each
-/// shard's index is checked against its `.bin` (see `token_store::read_index`).
+/// Tokens shown of a token store's document at most: documents can be long, rows
+/// (what views show) are at most `seq_len`.
+const DOCUMENT_TOKENS_SHOWN: u64 = 1 << 16;
+
+/// A token store's first `limit` documents (each up to `DOCUMENT_TOKENS_SHOWN`
+/// tokens), reading its shards in order. Each shard's index is checked against its
+/// `.bin` (see `token_store::read_index`), and no more is read than the file holds.
 fn first_documents(
     entry: &Dir,
     manifest: &Manifest,
@@ -232,7 +237,7 @@ fn first_documents(
         if documents.len() >= limit {
             break;
         }
-        let idx = format!("{}.idx", bin.trim_end_matches(".bin"));
+        let idx = format!("{}.idx", bin.strip_suffix(".bin").unwrap_or(bin));
         let path = entry.display_path(&idx);
         let rows_error = |message: String| InspectError::Rows { path: path.clone(), message };
         let (Some(bin_size), Some(idx_size)) = (size_of(bin), size_of(&idx)) else {
@@ -241,11 +246,16 @@ fn first_documents(
         let index = entry.read(&idx, idx_size).map_err(IoError::at("reading", &path))?;
         let lengths = token_store::read_index(&index, dtype, bin_size).map_err(rows_error)?;
         let file = entry.open_file(bin).map_err(IoError::at("opening", &entry.display_path(bin)))?;
+        let size = file.metadata().map_err(IoError::at("reading", &entry.display_path(bin)))?.len();
+        if size != bin_size {
+            return Err(rows_error(format!("its .bin has {size} bytes, the manifest says {bin_size}")));
+        }
         let mut offset = 0u64;
         for length in lengths.into_iter().take(limit - documents.len()) {
-            let mut bytes = vec![0; length as usize * dtype.bytes()];
+            let shown = u64::from(length).min(DOCUMENT_TOKENS_SHOWN) as usize;
+            let mut bytes = vec![0; shown * dtype.bytes()];
             file.read_exact_at(&mut bytes, offset).map_err(IoError::at("reading", &entry.display_path(bin)))?;
-            offset += bytes.len() as u64;
+            offset += u64::from(length) * dtype.bytes() as u64;
             let mut ids = Vec::with_capacity(length as usize);
             token_store::decode(&bytes, dtype, &mut ids);
             documents.push(ids);

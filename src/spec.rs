@@ -349,11 +349,12 @@ impl Spec {
         if sequence.pack != PackMode::None && sequence.seq_len == 0 {
             return Err("sequence.seq_len must be at least 1".into());
         }
-        if sequence.seq_len > u32::MAX as usize {
+        // Arrow's list offsets, Megatron's lengths and position_ids are 32-bit signed.
+        if sequence.seq_len > i32::MAX as usize {
             return Err(format!(
-                "sequence.seq_len {} is over the largest row ferry writes ({})",
+                "sequence.seq_len {} is over the longest row ferry writes ({})",
                 sequence.seq_len,
-                u32::MAX
+                i32::MAX
             ));
         }
         if sequence.position_ids && matches!(sequence.pack, PackMode::None | PackMode::Truncate) {

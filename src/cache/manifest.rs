@@ -204,7 +204,8 @@ pub struct Counts {
     /// Bad records skipped (`on_bad_record = "skip"`), per reason.
     pub skipped_records: BTreeMap<String, u64>,
     pub rows: u64,
-    /// Tokens stored in rows.
+    /// Tokens of documents stored in rows (a view's padding is `packing.padding_tokens`;
+    /// a token store's rows are its documents).
     pub tokens: u64,
     /// Tokens at the end of each shard too few for a row (concat).
     pub remainder_tokens: u64,

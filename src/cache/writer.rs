@@ -209,6 +209,13 @@ impl<F: Fn(usize) -> PathBuf> PartWriter<F> {
         if self.values.capacity() == 0 {
             self.values.reserve(VALUES_CAPACITY);
         }
+        // The batch's offsets are i32: a row that would take them past i32::MAX (a
+        // document of billions of tokens, pack = "none") starts a batch of its own.
+        // Rows themselves are at most i32::MAX tokens (the spec's seq_len, a token
+        // store's document lengths).
+        if self.values.len() + row.tokens.len() > i32::MAX as usize {
+            self.flush_batch()?;
+        }
         self.values.extend_from_slice(row.tokens);
         self.offsets.push(self.values.len() as i32);
         if self.columns.position_ids {

@@ -133,6 +133,18 @@ pub fn available_bytes(path: &Path) -> io::Result<u64> {
     Ok(stat.f_bavail.saturating_mul(stat.f_frsize))
 }
 
+/// Raises this process's soft limit on open files to its hard limit: a shuffled
+/// view reads every input shard's token file, all open at once. Where it cannot,
+/// nothing changes (an open that then fails says "too many open files" and names
+/// the file).
+pub fn raise_open_files_limit() {
+    use rustix::process::{Resource, Rlimit, getrlimit, setrlimit};
+    let limit = getrlimit(Resource::Nofile);
+    if limit.current != limit.maximum {
+        let _ = setrlimit(Resource::Nofile, Rlimit { current: limit.maximum, maximum: limit.maximum });
+    }
+}
+
 /// Starts the kernel's writeback of `len` bytes of `file` from `offset`, without
 /// waiting for it (`sync_file_range(SYNC_FILE_RANGE_WRITE)`; nothing elsewhere than
 /// Linux). Only a hint: it reports nothing, and `fsync` is still what makes the

@@ -51,7 +51,8 @@ pub fn assemble(
     for (split, output) in outputs {
         let data_files = link_arrow_parts(build, &assembly, &split, &output, &columns, &short, &mut files)?;
         let units: Vec<UnitParts> = output.units.iter().filter_map(|unit| unit.formats.clone()).collect();
-        let parts = SplitParts { split: &split, units: &units, token_type: spec.output.token_type };
+        let documents = spec.sequence.position_ids || spec.sequence.pack == PackMode::BestFit;
+        let parts = SplitParts { split: &split, units: &units, token_type: spec.output.token_type, documents };
         files.extend(formats::assemble_split(assembly.root(), &parts, &spec.output.formats)?);
         let store_split = &store.manifest.splits[&split];
         let counts = Counts {

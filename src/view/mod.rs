@@ -60,7 +60,7 @@ pub enum ViewError {
     )]
     DamagedStore { store: PathBuf, file: String, problem: String },
     #[error("the token store {path} was removed before the view could read it; run prepare again")]
-    StoreGone { path: PathBuf, source: std::io::Error },
+    StoreGone { path: PathBuf },
     #[error(
         "the tokenizer has {vocab_size} tokens, more than output.token_type = \"{token_type}\" holds; choose a wider token_type"
     )]
@@ -69,9 +69,7 @@ pub enum ViewError {
         "pack = \"best_fit\" pads rows, but the tokenizer has neither a pad token nor an EOS token; name one with tokenizer.eos_token"
     )]
     NoPadToken,
-    #[error("another task published the view {path}, but it is gone; run prepare again")]
-    Vanished { path: PathBuf },
-    #[error("starting worker threads")]
+    #[error("starting worker threads; a lower --jobs may start")]
     Threads(#[source] rayon::ThreadPoolBuildError),
     #[error(transparent)]
     Lookup(#[from] LookupError),
@@ -82,7 +80,7 @@ pub enum ViewError {
 impl Failure for ViewError {
     fn fault(&self) -> Fault {
         match self {
-            ViewError::Io(_) | ViewError::Write(_) | ViewError::StoreGone { .. } => Fault::Cause,
+            ViewError::Io(_) | ViewError::Write(_) => Fault::Cause,
             ViewError::Threads(_) => Fault::Internal,
             ViewError::Lookup(lookup) => lookup.fault(),
             ViewError::Manifest(manifest) => manifest.fault(),
@@ -136,13 +134,20 @@ pub fn derive(
         PackMode::BestFit => store_manifest.tokenizer.pad_id.ok_or(ViewError::NoPadToken)?,
         _ => 0,
     };
+    if u64::from(pad_id) >= store_manifest.tokenizer.vocab_size.max(1) {
+        return Err(ViewError::DamagedStore {
+            store: cache.entry(store_manifest.short_fingerprint()).root().to_path_buf(),
+            file: "manifest.json".into(),
+            problem: format!("names pad id {pad_id}, outside its vocabulary"),
+        });
+    }
     let short = making.fingerprint.short();
     // Held while the view reads the token store: gc keeps both meanwhile.
     let lease =
         |short: &str, kind| Lease::acquire(cache, short, kind).map_err(IoError::at("taking a lease in", cache.root()));
     let (_store_lease, _lease) = (lease(store_manifest.short_fingerprint(), "derive")?, lease(&short, "build")?);
     let claims = Claims::new(cache.liveness());
-    let _claimed = match claim(cache, &claims, &making.fingerprint)? {
+    let claimed = match claim(cache, &claims, &making.fingerprint)? {
         Claimed::Ours(guard) => guard,
         Claimed::Published(entry, manifest) => return Ok(Derived { entry, manifest: *manifest, built: false }),
     };
@@ -177,11 +182,13 @@ pub fn derive(
     manifest.timings.total_seconds = making.hash_seconds + making.tokenize_seconds + started.elapsed().as_secs_f64();
     let won = publish(cache, assembly, &manifest)?;
     let entry = cache.entry(&short);
-    if won {
-        let _ = untrusted::remove_tree_below(cache.root(), &Path::new(BUILDING_DIR).join(&short));
-    } else {
+    if !won {
         manifest = Manifest::load(&entry.manifest())?;
     }
+    // The claim goes first (its file lies in the build directory), then what the
+    // build left: published either way, by this prepare or another.
+    drop(claimed);
+    let _ = untrusted::remove_tree_below(cache.root(), &Path::new(BUILDING_DIR).join(&short));
     Ok(Derived { entry, manifest, built: won })
 }
 
@@ -200,7 +207,14 @@ fn claim<'a>(cache: &CacheLayout, claims: &'a Claims, view: &Fingerprint) -> Res
             return Ok(Claimed::Published(entry, Box::new(manifest)));
         }
         cache.create_own_dirs(&[build.root().to_path_buf()]).map_err(IoError::at("creating", build.root()))?;
-        if let Some(guard) = claims.try_claim(&path).map_err(IoError::at("claiming", &path))? {
+        let claimed = match claims.try_claim(&path) {
+            Ok(claimed) => claimed,
+            // The holder published and removed the build directory since it was made
+            // above: look again.
+            Err(err) if err.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(err) => return Err(IoError::at("claiming", &path)(err).into()),
+        };
+        if let Some(guard) = claimed {
             // Published by the holder before ours: the build directory, made again
             // above after it removed it, is ours to remove.
             if let Some((entry, manifest)) = published(cache, view, EntryKind::View)? {
@@ -257,6 +271,8 @@ fn derive_split(store: &TokenStore, context: &UnitContext, spec: &Spec) -> Resul
             units
         }
         Some(seed) => {
+            // Every shard's file stays open while rows are read from all of them.
+            crate::fsutil::raise_open_files_limit();
             let shards: Vec<StoreShard> =
                 files.par_iter().map(|bin| store.load_shard(bin)).collect::<Result<_, _>>()?;
             let plans: Vec<Plan> = shards
@@ -268,13 +284,13 @@ fn derive_split(store: &TokenStore, context: &UnitContext, spec: &Spec) -> Resul
             plans.into_iter().for_each(|shard_plan| plan.append(shard_plan));
             stats = plan.stats;
             let order = shuffle::permutation(plan.rows.len(), seed);
-            let rows = order.iter().map(|&index| plan.rows[index]).collect();
-            let shuffled = Plan { rows, ..plan };
-            shuffled
-                .runs(UNIT_TOKENS)
+            plan.runs_in(&order, UNIT_TOKENS)
                 .into_par_iter()
                 .enumerate()
-                .map(|(chunk, rows)| write_unit(context, (0, chunk), &shuffled, rows, &shards, false))
+                .map(|(chunk, run)| {
+                    let rows = order[run].iter().copied();
+                    write_unit(context, (0, chunk), &plan, rows, &shards, false)
+                })
                 .collect::<Result<Vec<_>, _>>()?
         }
     };

@@ -83,18 +83,24 @@ impl Plan {
     /// The rows cut into consecutive runs of at most `max_tokens` tokens each (a
     /// longer row alone), the units a view writes in parallel: each run's row range.
     pub fn runs(&self, max_tokens: u64) -> Vec<std::ops::Range<usize>> {
+        let order: Vec<usize> = (0..self.rows.len()).collect();
+        self.runs_in(&order, max_tokens)
+    }
+
+    /// `runs` of the rows taken in `order` (indices into `rows`): ranges of `order`.
+    pub fn runs_in(&self, order: &[usize], max_tokens: u64) -> Vec<std::ops::Range<usize>> {
         let mut runs = Vec::new();
         let (mut start, mut tokens) = (0, 0);
-        for (index, row) in self.rows.iter().enumerate() {
-            let row_tokens = self.row_tokens(row);
-            if index > start && tokens + row_tokens > max_tokens {
-                runs.push(start..index);
-                (start, tokens) = (index, 0);
+        for (at, &index) in order.iter().enumerate() {
+            let row_tokens = self.row_tokens(&self.rows[index]);
+            if at > start && tokens + row_tokens > max_tokens {
+                runs.push(start..at);
+                (start, tokens) = (at, 0);
             }
             tokens += row_tokens;
         }
-        if start < self.rows.len() || runs.is_empty() {
-            runs.push(start..self.rows.len());
+        if start < order.len() || runs.is_empty() {
+            runs.push(start..order.len());
         }
         runs
     }

@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 use crate::cache::layout::{CacheLayout, ENTRIES_DIR};
 use crate::cache::manifest::{Manifest, StoreDtype, WrittenFile};
 use crate::cache::token_store;
+use crate::errors::IoError;
 use crate::fsutil::untrusted::Dir;
 
 use super::ViewError;
@@ -37,14 +38,24 @@ pub struct StoreShard {
 impl<'a> TokenStore<'a> {
     pub fn open(cache: &CacheLayout, manifest: &'a Manifest) -> Result<TokenStore<'a>, ViewError> {
         let short = manifest.short_fingerprint();
-        let dir = Dir::open(cache.root())
-            .and_then(|root| root.open_dir(Path::new(ENTRIES_DIR).join(short)))
-            .map_err(|source| ViewError::StoreGone { path: cache.entry(short).root().to_path_buf(), source })?;
-        let dtype = manifest.documents.map(|documents| documents.dtype).ok_or_else(|| ViewError::DamagedStore {
+        let path = cache.entry(short).root().to_path_buf();
+        let dir = match Dir::open(cache.root()).and_then(|root| root.open_dir(Path::new(ENTRIES_DIR).join(short))) {
+            Ok(dir) => dir,
+            Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Err(ViewError::StoreGone { path }),
+            Err(err) => return Err(IoError::at("opening the token store", &path)(err).into()),
+        };
+        let damaged = |problem: String| ViewError::DamagedStore {
             store: dir.path().to_path_buf(),
             file: "manifest.json".into(),
-            problem: "it records no document layout".into(),
-        })?;
+            problem,
+        };
+        let dtype = manifest.documents.map(|documents| documents.dtype);
+        let dtype = dtype.ok_or_else(|| damaged("records no document layout".into()))?;
+        // The type follows the vocabulary: a uint16 view of the store then holds every id.
+        let vocab_size = manifest.tokenizer.vocab_size;
+        if dtype != StoreDtype::for_vocabulary(vocab_size) {
+            return Err(damaged(format!("records ids as {dtype:?} for a vocabulary of {vocab_size}")));
+        }
         let files = manifest.files.iter().map(|file| (file.path.as_str(), file)).collect();
         Ok(TokenStore { manifest, dtype, dir, files })
     }
@@ -66,14 +77,15 @@ impl<'a> TokenStore<'a> {
         self.files.get(relative).copied().ok_or_else(|| self.damaged(relative, "is not in its manifest".into()))
     }
 
-    /// Reads and checks one shard: its index whole, its `.bin` hashed through.
+    /// Reads and checks one shard: its index whole, its `.bin` hashed through. A file
+    /// that cannot be read is an I/O error (permissions, open files), not damage.
     pub fn load_shard(&self, bin: &str) -> Result<StoreShard, ViewError> {
         let Some(stem) = bin.strip_suffix(".bin") else {
             return Err(self.damaged(bin, "is not a .bin file".into()));
         };
         let idx = format!("{stem}.idx");
         let (bin_record, idx_record) = (self.record(bin)?, self.record(&idx)?);
-        let unreadable = |file: &str, err: std::io::Error| self.damaged(file, format!("cannot be read: {err}"));
+        let unreadable = |file: &str, err: std::io::Error| self.unreadable(file, err);
         let index = self.dir.read(&idx, idx_record.size).map_err(|err| unreadable(&idx, err))?;
         self.check(&idx, idx_record, index.len() as u64, blake3::hash(&index))?;
         let lengths =
@@ -96,12 +108,21 @@ impl<'a> TokenStore<'a> {
     /// A small file of the store, read whole (at most `max_bytes`) and checked.
     pub fn read_checked(&self, relative: &str, max_bytes: u64) -> Result<Vec<u8>, ViewError> {
         let record = self.record(relative)?;
-        let bytes = self
-            .dir
-            .read(relative, max_bytes.min(record.size))
-            .map_err(|err| self.damaged(relative, format!("cannot be read: {err}")))?;
+        let bytes =
+            self.dir.read(relative, max_bytes.min(record.size)).map_err(|err| self.unreadable(relative, err))?;
         self.check(relative, record, bytes.len() as u64, blake3::hash(&bytes))?;
         Ok(bytes)
+    }
+
+    /// A store file that cannot be read: missing, or not the regular file of the size
+    /// its manifest says, is damage; anything else (permissions, too many open files,
+    /// an I/O error) is said as it is.
+    fn unreadable(&self, file: &str, err: std::io::Error) -> ViewError {
+        match err.kind() {
+            std::io::ErrorKind::NotFound => self.damaged(file, "is missing".into()),
+            std::io::ErrorKind::InvalidData => self.damaged(file, err.to_string()),
+            _ => IoError::at("reading", &self.dir.display_path(file))(err).into(),
+        }
     }
 
     fn check(&self, file: &str, record: &WrittenFile, size: u64, hash: blake3::Hash) -> Result<(), ViewError> {

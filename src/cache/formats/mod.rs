@@ -75,6 +75,8 @@ pub struct SplitParts<'a> {
     pub split: &'a str,
     pub units: &'a [UnitParts],
     pub token_type: TokenType,
+    /// The parts record document pieces (`FormatsPlan::documents`).
+    pub documents: bool,
 }
 
 impl SplitParts<'_> {
@@ -86,9 +88,9 @@ impl SplitParts<'_> {
         self.units.iter().map(|unit| unit.tokens_count).sum()
     }
 
-    /// Document pieces across units, when they were recorded.
+    /// Document pieces across units, when they are recorded.
     pub fn pieces(&self) -> Option<u64> {
-        self.units.iter().map(|unit| unit.pieces.as_ref().map(|_| unit.piece_count)).sum()
+        self.documents.then(|| self.units.iter().map(|unit| unit.piece_count).sum())
     }
 
     /// Puts the token parts together as `target`: a single part is hard-linked (its
