@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{TestEnv, describe, entry_data_files, gpt2_spec};
+use common::{TestEnv, describe, entry_data_files, finished_json as finish, gpt2_spec};
 
 fn spawn_prepare(env: &TestEnv, spec: &Path, cache: &Path, extra_env: &[(&str, String)]) -> Child {
     let mut command = env.ferry();
@@ -16,12 +16,6 @@ fn spawn_prepare(env: &TestEnv, spec: &Path, cache: &Path, extra_env: &[(&str, S
         command.env(name, value);
     }
     command.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap()
-}
-
-fn finish(child: Child) -> serde_json::Value {
-    let output = child.wait_with_output().unwrap();
-    assert!(output.status.success(), "{}", describe(&output));
-    serde_json::from_slice(&output.stdout).unwrap()
 }
 
 fn shard_records(cache: &Path) -> Vec<PathBuf> {

@@ -80,14 +80,7 @@ fn rerun_copies_nothing_and_four_racing_stagers_copy_every_byte_once() {
                 .unwrap()
         })
         .collect();
-    let reports: Vec<serde_json::Value> = children
-        .into_iter()
-        .map(|child| {
-            let output = child.wait_with_output().unwrap();
-            assert!(output.status.success(), "{}", describe(&output));
-            serde_json::from_slice(&output.stdout).unwrap()
-        })
-        .collect();
+    let reports: Vec<serde_json::Value> = children.into_iter().map(common::finished_json).collect();
     let copied: u64 = reports.iter().map(|r| r["bytes_copied"].as_u64().unwrap()).sum();
     assert_eq!(copied, total, "every byte copied exactly once across the 4 stagers: {reports:?}");
     assert_eq!(reports.iter().filter(|r| r["files_copied"].as_u64().unwrap() > 0).count(), 1, "one stager copied");

@@ -417,17 +417,10 @@ fn two_views_asked_at_once_share_one_tokenization() {
                 &format!("s{seq_len}.toml"),
                 gpt2_spec(&format!("s{seq_len}"), "data/*.jsonl.zst", &format!("[sequence]\nseq_len = {seq_len}\n")),
             );
-            env.ferry().args(["prepare", spec.to_str().unwrap(), "--json", "--jobs", "1"]).output_async()
+            common::spawn_piped(env.ferry().args(["prepare", spec.to_str().unwrap(), "--json", "--jobs", "1"]))
         })
         .collect();
-    let results: Vec<serde_json::Value> = children
-        .into_iter()
-        .map(|child| {
-            let output = child.wait_with_output().unwrap();
-            assert!(output.status.success(), "{}", describe(&output));
-            serde_json::from_slice(&output.stdout).unwrap()
-        })
-        .collect();
+    let results: Vec<serde_json::Value> = children.into_iter().map(common::finished_json).collect();
     let tokenized: u64 = results.iter().map(|r| r["shards_tokenized_here"].as_u64().unwrap()).sum();
     assert_eq!(tokenized, 4, "each shard tokenized once: {results:?}");
     assert!(
@@ -437,17 +430,6 @@ fn two_views_asked_at_once_share_one_tokenization() {
     );
     let status = env.json(&["status", "--json"]);
     assert_eq!((status["totals"]["entries"].as_u64(), status["totals"]["token_stores"].as_u64()), (Some(4), Some(1)));
-}
-
-/// Spawning with piped output, for several prepares at once.
-trait OutputAsync {
-    fn output_async(&mut self) -> std::process::Child;
-}
-
-impl OutputAsync for Command {
-    fn output_async(&mut self) -> std::process::Child {
-        self.stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped()).spawn().unwrap()
-    }
 }
 
 #[test]
@@ -465,7 +447,7 @@ fn gc_keeps_a_token_store_while_a_view_is_made_from_it() {
     std::fs::create_dir_all(claim.parent().unwrap()).unwrap();
     let owner = serde_json::json!({"host": ferry::fsutil::host_name(), "pid": std::process::id(), "job_id": null, "task": null});
     std::fs::write(&claim, owner.to_string()).unwrap();
-    let mut waiting = env.ferry().args(["prepare", spec.to_str().unwrap(), "--json"]).output_async();
+    let mut waiting = common::spawn_piped(env.ferry().args(["prepare", spec.to_str().unwrap(), "--json"]));
     common::wait_for_lease(&env.cache(), &store, &mut waiting);
 
     let report = env.json(&["gc", "--keep", "0", "--json"]);
@@ -474,8 +456,6 @@ fn gc_keeps_a_token_store_while_a_view_is_made_from_it() {
     assert!(env.cache().join("entries").join(&store).is_dir(), "the token store a view is read from survives gc");
 
     std::fs::remove_file(&claim).unwrap();
-    let output = waiting.wait_with_output().unwrap();
-    assert!(output.status.success(), "{}", describe(&output));
-    let made: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    let made = common::finished_json(waiting);
     assert_eq!((made["built"].as_bool(), made["token_store"]["tokenized"].as_bool()), (Some(true), Some(false)));
 }

@@ -99,6 +99,18 @@ pub struct SmallEntry<'a> {
     pub seed: u64,
 }
 
+/// `command` started with its output captured, for several at once.
+pub fn spawn_piped(command: &mut Command) -> std::process::Child {
+    command.stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped()).spawn().expect("start ferry")
+}
+
+/// Waits for a `--json` run, asserts it succeeded, and parses what it printed.
+pub fn finished_json(child: std::process::Child) -> serde_json::Value {
+    let output = child.wait_with_output().expect("wait for ferry");
+    assert!(output.status.success(), "{}", describe(&output));
+    serde_json::from_slice(&output.stdout).unwrap_or_else(|err| panic!("no JSON ({err}):\n{}", describe(&output)))
+}
+
 /// An entry's `manifest.json` (of the cache or a destination), parsed.
 pub fn read_manifest(entry: &Path) -> serde_json::Value {
     let path = entry.join("manifest.json");
