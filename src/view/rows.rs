@@ -83,24 +83,28 @@ impl Plan {
     /// The rows cut into consecutive runs of at most `max_tokens` tokens each (a
     /// longer row alone), the units a view writes in parallel: each run's row range.
     pub fn runs(&self, max_tokens: u64) -> Vec<std::ops::Range<usize>> {
-        let order: Vec<usize> = (0..self.rows.len()).collect();
-        self.runs_in(&order, max_tokens)
+        self.runs_of(self.rows.iter(), max_tokens)
     }
 
     /// `runs` of the rows taken in `order` (indices into `rows`): ranges of `order`.
     pub fn runs_in(&self, order: &[usize], max_tokens: u64) -> Vec<std::ops::Range<usize>> {
+        self.runs_of(order.iter().map(|&index| &self.rows[index]), max_tokens)
+    }
+
+    fn runs_of<'a>(&'a self, rows: impl Iterator<Item = &'a RowRef>, max_tokens: u64) -> Vec<std::ops::Range<usize>> {
         let mut runs = Vec::new();
-        let (mut start, mut tokens) = (0, 0);
-        for (at, &index) in order.iter().enumerate() {
-            let row_tokens = self.row_tokens(&self.rows[index]);
+        let (mut start, mut tokens, mut count) = (0, 0, 0);
+        for (at, row) in rows.enumerate() {
+            count = at + 1;
+            let row_tokens = self.row_tokens(row);
             if at > start && tokens + row_tokens > max_tokens {
                 runs.push(start..at);
                 (start, tokens) = (at, 0);
             }
             tokens += row_tokens;
         }
-        if start < order.len() || runs.is_empty() {
-            runs.push(start..order.len());
+        if start < count || runs.is_empty() {
+            runs.push(start..count);
         }
         runs
     }

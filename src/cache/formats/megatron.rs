@@ -59,11 +59,7 @@ const HEADER_BYTES: usize = 9 + 8 + 1 + 8 + 8;
 /// `preprocess_data.py` writes it) for documents of `lengths` tokens.
 pub fn write_document_index(idx: &mut HashedFile, dtype_code: u8, lengths: &[u32]) -> Result<(), IoError> {
     let sequences = lengths.len() as u64;
-    idx.append(HEADER)?;
-    idx.append(&VERSION.to_le_bytes())?;
-    idx.append(&[dtype_code])?;
-    idx.append(&sequences.to_le_bytes())?;
-    idx.append(&(sequences + 1).to_le_bytes())?;
+    write_header(idx, dtype_code, sequences)?;
     let mut block = Vec::with_capacity(1 << 16);
     let flush = |block: &mut Vec<u8>, idx: &mut HashedFile| -> Result<(), IoError> {
         idx.append(block)?;
@@ -183,13 +179,14 @@ pub fn write_split(
     Ok(bin)
 }
 
-fn write_header(idx: &mut HashedFile, token_type: TokenType, sequences: u64) -> Result<(), WriteError> {
+/// The header, version, dtype code and counts of an index of `sequences`
+/// sequences, each its own document.
+fn write_header(idx: &mut HashedFile, dtype_code: u8, sequences: u64) -> Result<(), IoError> {
     idx.append(HEADER)?;
     idx.append(&VERSION.to_le_bytes())?;
-    idx.append(&[dtype_code(token_type)])?;
+    idx.append(&[dtype_code])?;
     idx.append(&sequences.to_le_bytes())?;
-    idx.append(&(sequences + 1).to_le_bytes())?;
-    Ok(())
+    idx.append(&(sequences + 1).to_le_bytes())
 }
 
 /// Every row one sequence and one document. Lengths and pointers are read from
@@ -200,7 +197,7 @@ fn write_row_index(
     lengths: &[PathBuf],
     token_type: TokenType,
 ) -> Result<(), WriteError> {
-    write_header(idx, token_type, rows)?;
+    write_header(idx, dtype_code(token_type), rows)?;
     for_each_length(lengths, |length| Ok(idx.append(&(length as i32).to_le_bytes())?))?;
     let size = token_size(token_type) as i64;
     let mut pointer = 0i64;
@@ -219,7 +216,7 @@ fn write_row_index(
 /// pointer skips the padding, so Megatron never reads a pad token, and its EOS
 /// (ensure_bos_eos) marks where `reset_position_ids` restarts.
 fn write_piece_index(idx: &mut HashedFile, pieces: u64, parts: &SplitParts) -> Result<(), WriteError> {
-    write_header(idx, parts.token_type, pieces)?;
+    write_header(idx, dtype_code(parts.token_type), pieces)?;
     parts.for_each_piece(|_, length| Ok(idx.append(&(length as i32).to_le_bytes())?))?;
     let size = token_size(parts.token_type);
     parts.for_each_piece(|start, _| Ok(idx.append(&((start * size) as i64).to_le_bytes())?))?;
