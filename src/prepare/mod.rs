@@ -341,11 +341,6 @@ fn use_published(cache: &CacheLayout, spec: &Spec, prepared: Prepared) -> Result
     Ok(prepared)
 }
 
-/// The type a token store of this tokenizer keeps ids in.
-pub fn store_dtype(encoders: &Encoders) -> StoreDtype {
-    StoreDtype::for_vocabulary(encoders.vocab_size)
-}
-
 /// One task per input file, numbered within its split.
 fn shard_tasks(located: &Located) -> Vec<shard::ShardTask> {
     located
@@ -365,7 +360,7 @@ fn shard_tasks(located: &Located) -> Vec<shard::ShardTask> {
 
 /// The lease a builder holds from before it makes the build directory: gc on
 /// another node must never see the directory without a live holder.
-pub fn build_lease(cache: &CacheLayout, short: &str) -> Result<Lease, PrepareError> {
+fn build_lease(cache: &CacheLayout, short: &str) -> Result<Lease, PrepareError> {
     Ok(Lease::acquire(cache, short, "build").map_err(IoError::at("taking a build lease in", cache.root()))?)
 }
 
@@ -420,7 +415,7 @@ fn tokenize_all<'a>(
         spec,
         encoders,
         selector: Selector::new(&spec.source.text_field, &spec.filter),
-        dtype: store_dtype(encoders),
+        dtype: StoreDtype::for_vocabulary(encoders.vocab_size),
         build,
         counters: &counters,
         budget: &budget,

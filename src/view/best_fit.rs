@@ -91,7 +91,7 @@ pub fn pack(plan: &mut Plan, shard: u32, documents: &[(u64, u32)], seq_len: u32)
 mod tests {
     use super::*;
     use crate::spec::PackMode;
-    use crate::view::plan::plan_shard;
+    use crate::view::plan::tests::plan_lengths as plan_shard;
 
     #[test]
     fn the_longest_pieces_go_first_into_the_tightest_row() {

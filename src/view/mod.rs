@@ -250,7 +250,7 @@ fn derive_split(store: &TokenStore, context: &UnitContext, spec: &Spec) -> Resul
                 .enumerate()
                 .map(|(index, bin)| {
                     let shard = store.load_shard(bin)?;
-                    let plan = plan::plan_shard(sequence.pack, seq_len, 0, &shard.lengths);
+                    let plan = plan::plan_shard(sequence.pack, seq_len, 0, &shard.offsets);
                     let shards = std::slice::from_ref(&shard);
                     // Best-fit rows take their pieces from anywhere in a window: each is read where it lies.
                     let in_order = sequence.pack != PackMode::BestFit;
@@ -278,7 +278,7 @@ fn derive_split(store: &TokenStore, context: &UnitContext, spec: &Spec) -> Resul
             let plans: Vec<Plan> = shards
                 .par_iter()
                 .enumerate()
-                .map(|(index, shard)| plan::plan_shard(sequence.pack, seq_len, index as u32, &shard.lengths))
+                .map(|(index, shard)| plan::plan_shard(sequence.pack, seq_len, index as u32, &shard.offsets))
                 .collect();
             let mut plan = Plan::default();
             plans.into_iter().for_each(|shard_plan| plan.append(shard_plan));

@@ -32,7 +32,6 @@ pub struct StoreShard {
     pub dtype: StoreDtype,
     /// `documents + 1` offsets in tokens: document `i` is `offsets[i]..offsets[i + 1]`.
     pub offsets: Vec<u64>,
-    pub lengths: Vec<u32>,
 }
 
 impl<'a> TokenStore<'a> {
@@ -101,7 +100,6 @@ impl<'a> TokenStore<'a> {
             size,
             dtype: self.dtype,
             offsets: document_offsets(&lengths),
-            lengths,
         })
     }
 

@@ -39,12 +39,6 @@ pub struct UnitParts {
     pub piece_count: u64,
 }
 
-impl UnitParts {
-    pub fn tokens(&self) -> u64 {
-        self.tokens_count
-    }
-}
-
 impl TokenParts {
     pub fn create(part: &impl Fn(&str) -> PathBuf, token_type: TokenType, documents: bool) -> Result<Self, WriteError> {
         Ok(TokenParts {
@@ -88,13 +82,13 @@ impl TokenParts {
         let tokens_path = self.tokens.path().to_path_buf();
         let lengths_path = self.lengths.path().to_path_buf();
         let tokens_name = name(&self.tokens);
-        let tokens = self.tokens.finish(tokens_name.clone())?;
+        let tokens = self.tokens.finish(tokens_name)?;
         let lengths_name = name(&self.lengths);
         self.lengths.finish(lengths_name)?;
         let pieces = match self.pieces {
             Some(pieces) => {
-                let path = pieces.path().to_path_buf();
-                pieces.finish(tokens_name)?;
+                let (path, name) = (pieces.path().to_path_buf(), name(&pieces));
+                pieces.finish(name)?;
                 Some(path)
             }
             None => None,
@@ -219,7 +213,7 @@ mod tests {
         parts.push_row(Row { tokens: &[1, 2, 3, 0], starts: &[2], padding: 1 }).unwrap();
         parts.push_row(Row { tokens: &[4, 5], starts: &[], padding: 0 }).unwrap();
         let unit = parts.finish().unwrap();
-        assert_eq!((unit.rows, unit.tokens(), unit.piece_count), (2, 6, 3));
+        assert_eq!((unit.rows, unit.tokens_count, unit.piece_count), (2, 6, 3));
         let mut pieces = Vec::new();
         for_each_record::<12>(&[unit.pieces.unwrap()], |record| {
             let start = u64::from_le_bytes(record[..8].try_into().unwrap());
