@@ -23,6 +23,11 @@ impl Fingerprint {
     pub fn full(&self) -> String {
         self.0.to_hex().to_string()
     }
+
+    /// A fingerprint as a manifest records it (all 64 hex digits).
+    pub fn from_hex(hex: &str) -> Option<Fingerprint> {
+        blake3::Hash::from_hex(hex).ok().map(Fingerprint)
+    }
 }
 
 impl fmt::Display for Fingerprint {
@@ -81,6 +86,17 @@ pub fn view_fingerprint(token_store: &str, canonical_view: &serde_json::Value) -
     fields.field(&FORMAT_VERSION.to_le_bytes());
     fields.field(token_store.as_bytes());
     fields.field(canonical_view.to_string().as_bytes());
+    Fingerprint(fields.0.finalize())
+}
+
+/// A mixture's fingerprint: its canonical form, which names each component's
+/// token store (all 64 hex digits), weight and epoch cap, the seed, the total and
+/// the splits, and the view's options.
+pub fn mixture_fingerprint(canonical_mixture: &serde_json::Value) -> Fingerprint {
+    let mut fields = Fields(blake3::Hasher::new());
+    fields.field(b"ferry-mixture");
+    fields.field(&FORMAT_VERSION.to_le_bytes());
+    fields.field(canonical_mixture.to_string().as_bytes());
     Fingerprint(fields.0.finalize())
 }
 

@@ -499,6 +499,7 @@ fn staged_entries(
             kind: crate::cache::manifest::EntryKind::View,
             token_store: None,
             token_store_present: None,
+            mixture_of: Vec::new(),
         });
     }
     Ok(staged)
@@ -535,6 +536,7 @@ mod tests {
             kind: crate::cache::manifest::EntryKind::View,
             token_store: None,
             token_store_present: None,
+            mixture_of: Vec::new(),
         }
     }
 

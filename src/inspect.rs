@@ -18,7 +18,7 @@ use serde::Serialize;
 
 use crate::cache::layout::{CacheLayout, ENTRIES_DIR};
 use crate::cache::lookup::{LookupError, find_named_entry};
-use crate::cache::manifest::{Counts, EntryKind, Manifest, PackingRecord, length_bucket_range};
+use crate::cache::manifest::{Counts, EntryKind, Manifest, MixtureRecord, PackingRecord, length_bucket_range};
 use crate::cache::token_store;
 use crate::errors::{Failure, Fault, IoError};
 use crate::fsutil::untrusted::Dir;
@@ -61,6 +61,8 @@ pub struct Inspection {
     pub token_store: Option<StoreOfView>,
     /// How a view packed its rows.
     pub packing: Option<PackingRecord>,
+    /// A mixture's components and what each gave.
+    pub mixture: Option<MixtureRecord>,
     pub splits: BTreeMap<String, SplitView>,
     /// The split the rows come from.
     pub split: String,
@@ -162,6 +164,7 @@ pub fn inspect(
         kind: manifest.kind,
         token_store,
         packing: manifest.packing.clone(),
+        mixture: manifest.mixture.clone(),
         splits,
         split,
         rows,

@@ -32,7 +32,9 @@
 //!   split regexes, merges with a per-thread cache), BOS/EOS rules.
 //! - `view`: a view derived from a token store: `plan` and `best_fit` (rows as pieces of
 //!   documents, from their lengths), `shuffle`, `gather` (a row's tokens from the store's
-//!   files), `write` (units of rows as Arrow files and format parts), `assemble`.
+//!   files), `write` (units of rows as Arrow files and format parts), `assemble`; `interleave`
+//!   (a mixture's rows, by weight) and `blend` (a mixture's Megatron files and blend).
+//! - `mixture`: mixture specs, their components resolved to token stores, and their prepare.
 //! - `prepare`: a spec's token store, built and published unless it exists, then its view:
 //!   `together` (the claims loop shared by every task building the store), `shard` + `pipeline`
 //!   (one shard read, encoded and written at once), `record` (the manifest), `publish`.
@@ -62,6 +64,7 @@ pub mod hub;
 pub mod huge_pages;
 pub mod inputs;
 pub mod inspect;
+pub mod mixture;
 pub mod prepare;
 pub mod progress;
 pub mod settings;

@@ -261,7 +261,7 @@ impl TokenType {
     }
 }
 
-fn deserialize_size<'de, D: Deserializer<'de>>(deserializer: D) -> Result<u64, D::Error> {
+pub fn deserialize_size<'de, D: Deserializer<'de>>(deserializer: D) -> Result<u64, D::Error> {
     #[derive(Deserialize)]
     #[serde(untagged)]
     enum Size {
@@ -327,7 +327,7 @@ impl Spec {
         if self.tokenizer.vocab.is_some() != self.tokenizer.merges.is_some() {
             return Err("[tokenizer] vocab and merges go together".into());
         }
-        self.check_sequence()?;
+        check_sequence(&self.sequence, &self.output)?;
         if let Some(max) = self.filter.max_chars
             && max < self.filter.min_chars
         {
@@ -340,37 +340,6 @@ impl Spec {
             return Err("source.text_field is empty".into());
         }
         self.output.formats.check(self.output.token_type).map_err(|err| err.to_string())?;
-        Ok(())
-    }
-
-    /// Combinations of packing options a trainer could not use.
-    fn check_sequence(&self) -> Result<(), String> {
-        let sequence = &self.sequence;
-        if sequence.pack != PackMode::None && sequence.seq_len == 0 {
-            return Err("sequence.seq_len must be at least 1".into());
-        }
-        // Arrow's list offsets, Megatron's lengths and position_ids are 32-bit signed.
-        if sequence.seq_len > i32::MAX as usize {
-            return Err(format!(
-                "sequence.seq_len {} is over the longest row ferry writes ({})",
-                sequence.seq_len,
-                i32::MAX
-            ));
-        }
-        if sequence.position_ids && matches!(sequence.pack, PackMode::None | PackMode::Truncate) {
-            return Err(format!(
-                "sequence.position_ids goes with pack = \"concat\" or \"best_fit\": with pack = \"{}\" each row is one \
-                 document, whose positions are 0, 1, 2, ... without a column",
-                sequence.pack.name()
-            ));
-        }
-        if sequence.pack == PackMode::BestFit && sequence.labels && self.output.token_type != TokenType::Int32 {
-            return Err(format!(
-                "sequence.labels with pack = \"best_fit\" are -100 on padding, which {} cannot hold; \
-                 set output.token_type = \"int32\"",
-                self.output.token_type.dtype()
-            ));
-        }
         Ok(())
     }
 
@@ -404,25 +373,9 @@ impl Spec {
         })
     }
 
-    /// Everything that changes a view of the token store: packing, columns, shuffling,
-    /// token type, file sizes and formats, with defaults filled in.
+    /// Everything that changes a view of the token store (see `view_canonical`).
     pub fn view_canonical(&self) -> serde_json::Value {
-        let sequence = &self.sequence;
-        json!({
-            "sequence": {
-                "pack": sequence.pack,
-                "seq_len": if sequence.pack == PackMode::None { 0 } else { sequence.seq_len },
-                "labels": sequence.labels,
-                "attention_mask": sequence.attention_mask,
-                "position_ids": sequence.position_ids,
-                "shuffle_seed": sequence.shuffle_seed,
-            },
-            "output": {
-                "token_type": self.output.token_type,
-                "target_shard_bytes": self.output.target_shard_bytes,
-                "formats": self.output.formats.canonical(),
-            },
-        })
+        view_canonical(&self.sequence, &self.output)
     }
 
     /// The whole spec's canonical form: the token store's part and the view's.
@@ -435,12 +388,62 @@ impl Spec {
     }
 }
 
+/// Everything that changes a view of token stores: packing, columns, shuffling,
+/// token type, file sizes and formats, with defaults filled in.
+pub fn view_canonical(sequence: &SequenceSpec, output: &OutputSpec) -> serde_json::Value {
+    json!({
+        "sequence": {
+            "pack": sequence.pack,
+            "seq_len": if sequence.pack == PackMode::None { 0 } else { sequence.seq_len },
+            "labels": sequence.labels,
+            "attention_mask": sequence.attention_mask,
+            "position_ids": sequence.position_ids,
+            "shuffle_seed": sequence.shuffle_seed,
+        },
+        "output": {
+            "token_type": output.token_type,
+            "target_shard_bytes": output.target_shard_bytes,
+            "formats": output.formats.canonical(),
+        },
+    })
+}
+
+/// Combinations of packing options a trainer could not use.
+pub fn check_sequence(sequence: &SequenceSpec, output: &OutputSpec) -> Result<(), String> {
+    if sequence.pack != PackMode::None && sequence.seq_len == 0 {
+        return Err("sequence.seq_len must be at least 1".into());
+    }
+    // Arrow's list offsets, Megatron's lengths and position_ids are 32-bit signed.
+    if sequence.seq_len > i32::MAX as usize {
+        return Err(format!(
+            "sequence.seq_len {} is over the longest row ferry writes ({})",
+            sequence.seq_len,
+            i32::MAX
+        ));
+    }
+    if sequence.position_ids && matches!(sequence.pack, PackMode::None | PackMode::Truncate) {
+        return Err(format!(
+            "sequence.position_ids goes with pack = \"concat\" or \"best_fit\": with pack = \"{}\" each row is one \
+             document, whose positions are 0, 1, 2, ... without a column",
+            sequence.pack.name()
+        ));
+    }
+    if sequence.pack == PackMode::BestFit && sequence.labels && output.token_type != TokenType::Int32 {
+        return Err(format!(
+            "sequence.labels with pack = \"best_fit\" are -100 on padding, which {} cannot hold; \
+             set output.token_type = \"int32\"",
+            output.token_type.dtype()
+        ));
+    }
+    Ok(())
+}
+
 /// What an entry holds beside its split folders: a split may not be named so.
 const RESERVED_ENTRY_NAMES: &[&str] =
     &["dataset_dict.json", "manifest.json", "tokenizer.json", "tokenizer_config.json", "megatron", "flat"];
 
 /// Names become path components: keep them to a safe alphabet.
-fn check_component(what: &str, value: &str) -> Result<(), String> {
+pub fn check_component(what: &str, value: &str) -> Result<(), String> {
     let ok = !value.is_empty()
         && !value.starts_with('.')
         && value.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
@@ -503,6 +506,11 @@ impl Formats {
 
     pub fn megatron(&self) -> bool {
         self.extra.contains(&Format::Megatron)
+    }
+
+    /// The same formats but Megatron's.
+    pub fn without_megatron(&self) -> Formats {
+        Formats { extra: self.extra.iter().copied().filter(|format| *format != Format::Megatron).collect() }
     }
 
     pub fn flat(&self) -> bool {

@@ -43,6 +43,17 @@ pub struct EntryStatus {
     pub token_store: Option<String>,
     /// Whether that token store is still in the cache (a view loads and stages without it).
     pub token_store_present: Option<bool>,
+    /// A mixture's components' token stores (a mixture loads and stages without them).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub mixture_of: Vec<StoreUse>,
+}
+
+/// A token store a mixture was made of, and whether it is still in the cache.
+#[derive(Debug, Clone, Serialize)]
+pub struct StoreUse {
+    /// All 64 hex digits.
+    pub fingerprint: String,
+    pub present: bool,
 }
 
 /// An entry's state, as `status --json` writes it.
@@ -146,8 +157,17 @@ fn entry_status(cache: &CacheLayout, short: &str) -> EntryStatus {
             token_store_present: manifest
                 .token_store
                 .as_ref()
-                .map(|store| cache.entry(&store.fingerprint[..16]).manifest().is_file()),
+                .map(|store| cache.entry(short_of(&store.fingerprint)).manifest().is_file()),
             token_store: manifest.token_store.map(|store| store.fingerprint),
+            mixture_of: manifest
+                .mixture
+                .iter()
+                .flat_map(|mixture| &mixture.components)
+                .map(|component| StoreUse {
+                    fingerprint: component.token_store.clone(),
+                    present: cache.entry(short_of(&component.token_store)).manifest().is_file(),
+                })
+                .collect(),
         },
         Err(err) => {
             let modified = std::fs::symlink_metadata(entry.root()).and_then(|m| m.modified()).map(unix).unwrap_or(0);
@@ -167,9 +187,15 @@ fn entry_status(cache: &CacheLayout, short: &str) -> EntryStatus {
                 kind: EntryKind::View,
                 token_store: None,
                 token_store_present: None,
+                mixture_of: Vec::new(),
             }
         }
     }
+}
+
+/// The entry directory name of a fingerprint a manifest records (untrusted: any text).
+fn short_of(fingerprint: &str) -> &str {
+    fingerprint.get(..16).filter(|short| is_short_fingerprint(short)).unwrap_or("-")
 }
 
 /// Builds in progress or abandoned.

@@ -237,6 +237,12 @@ pub fn megatron_file(split: &str, extension: &str) -> String {
     format!("megatron/{split}_text_document.{extension}")
 }
 
+/// A mixture's Megatron blend relative to the entry: per split, the `--data-path`
+/// weights and prefixes (relative to `megatron/`).
+pub fn megatron_blend_file() -> &'static str {
+    "megatron/blend.json"
+}
+
 /// A split's flat file relative to the entry: `flat/<split><suffix>`.
 pub fn flat_file(split: &str, suffix: &str) -> String {
     format!("flat/{split}{suffix}")

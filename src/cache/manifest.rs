@@ -49,6 +49,45 @@ pub struct Manifest {
     /// How a token store holds its documents.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub documents: Option<DocumentsRecord>,
+    /// A mixture's components and what each gave (a view of several token stores).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mixture: Option<MixtureRecord>,
+}
+
+/// How a mixture was mixed, and what each component gave.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MixtureRecord {
+    pub seed: u64,
+    /// The tokens asked for per split; none: as many as one epoch of each allows.
+    pub total_tokens: Option<u64>,
+    pub components: Vec<ComponentRecord>,
+}
+
+/// One component of a mixture.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ComponentRecord {
+    /// As the mixture spec names it: a spec file or an entry.
+    pub name: String,
+    /// Its token store's fingerprint, all 64 hex digits.
+    pub token_store: String,
+    /// Its weight over the sum of weights.
+    pub weight: f64,
+    pub max_epochs: Option<u64>,
+    /// What it gave, per split.
+    pub splits: BTreeMap<String, ComponentUse>,
+}
+
+/// What a component gave one split of a mixture.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct ComponentUse {
+    /// Document tokens in one epoch of its rows.
+    pub tokens_available: u64,
+    pub tokens_used: u64,
+    pub rows: u64,
+    /// Epochs begun over its rows.
+    pub epochs: u64,
+    /// Its share of the split's document tokens.
+    pub realized_weight: f64,
 }
 
 /// What an entry holds.

@@ -3,7 +3,7 @@
 //! and row boundaries marked.
 
 use crate::cache::layout::CacheLayout;
-use crate::cache::manifest::EntryKind;
+use crate::cache::manifest::{EntryKind, MixtureRecord};
 use crate::inspect::{Inspection, SplitView, inspect};
 
 /// The widest bar drawn, in characters.
@@ -19,6 +19,9 @@ pub fn run(cache: &CacheLayout, entry: &str, split: Option<&str>, rows: usize, j
     out!("name        {}", inspection.name)?;
     out!("fingerprint {}", inspection.fingerprint)?;
     match (&inspection.kind, &inspection.token_store) {
+        (EntryKind::View, None) if inspection.mixture.is_some() => {
+            out!("kind        mixture of token stores (its rows interleaved by weight)")?
+        }
         (EntryKind::Tokens, _) => out!("kind        token store (the documents' ids; views are made from it)")?,
         (EntryKind::View, Some(store)) => out!(
             "kind        view of token store {}{}",
@@ -37,6 +40,9 @@ pub fn run(cache: &CacheLayout, entry: &str, split: Option<&str>, rows: usize, j
             packing.documents_split,
             packing.shuffle_seed.map(|seed| format!(", shuffled with seed {seed}")).unwrap_or_default()
         )?;
+    }
+    if let Some(mixture) = &inspection.mixture {
+        print_mixture(mixture)?;
     }
     out!("")?;
     out!("{:<12} {:>12} {:>12} {:>14}", "split", "rows", "documents", "tokens")?;
@@ -94,6 +100,40 @@ fn print_rows(inspection: &Inspection) -> std::io::Result<()> {
             text = text.replace(token.as_str(), &format!("⟦{token}⟧"));
         }
         out!("{text}")?;
+    }
+    Ok(())
+}
+
+/// A mixture's components: each one's token store, weight, and what it gave each split.
+fn print_mixture(mixture: &MixtureRecord) -> std::io::Result<()> {
+    let total = mixture.total_tokens.map_or("one epoch of the shortest".to_string(), |tokens| tokens.to_string());
+    out!("mixture     seed {}, tokens per split: {total}", mixture.seed)?;
+    out!(
+        "  {:<28} {:<16} {:>8} {:<10} {:>14} {:>14} {:>7} {:>9}",
+        "component",
+        "token store",
+        "weight",
+        "split",
+        "available",
+        "used",
+        "epochs",
+        "realized"
+    )?;
+    for component in &mixture.components {
+        let store = component.token_store.get(..16).unwrap_or(&component.token_store);
+        for (split, used) in &component.splits {
+            out!(
+                "  {:<28} {:<16} {:>8.4} {:<10} {:>14} {:>14} {:>7} {:>9.4}",
+                component.name,
+                store,
+                component.weight,
+                split,
+                used.tokens_available,
+                used.tokens_used,
+                used.epochs,
+                used.realized_weight
+            )?;
+        }
     }
     Ok(())
 }

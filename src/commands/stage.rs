@@ -11,9 +11,9 @@ use super::UserError;
 use crate::cache::destination::DestLayout;
 use crate::cache::layout::CacheLayout;
 use crate::cache::staging::{self, Phase, WaitOutcome};
+use crate::mixture::{self, AnySpec};
 use crate::prepare;
 use crate::progress::ProgressMode;
-use crate::spec::Spec;
 use crate::stage::command::{StageCommand, StageSource};
 use crate::stage::{self, PlanKind, StageOptions, StagePlan, StageReport};
 
@@ -120,13 +120,15 @@ fn broadcast(plan: &StagePlan, dest: &Path, json: bool) -> anyhow::Result<()> {
 
 /// The plan for a spec's published entry; a spec not prepared yet is the user's to prepare.
 fn plan_spec(cache: &CacheLayout, spec_path: &Path, dest: &Path) -> anyhow::Result<StagePlan> {
-    let spec = Spec::load(spec_path)?;
-    let located = prepare::locate(&spec, cache)?;
-    let Some((_, manifest)) = prepare::published(cache, &located.view)? else {
+    let fingerprint = match AnySpec::load(spec_path)? {
+        AnySpec::Pipeline(spec) => prepare::locate(&spec, cache)?.view,
+        AnySpec::Mixture(mixture) => mixture::locate(&mixture, cache)?.fingerprint,
+    };
+    let Some((_, manifest)) = prepare::published(cache, &fingerprint)? else {
         bail!(UserError(format!(
             "the entry of {} ({}) is not in {}; run `ferry prepare {}` first",
             spec_path.display(),
-            located.view.short(),
+            fingerprint.short(),
             cache.root().display(),
             spec_path.display()
         )));

@@ -139,6 +139,17 @@ fn print_cache(report: &CacheStatus) -> std::io::Result<()> {
 /// "tokens", "view of <store>" (marked when the store is gone), or "entry" for one
 /// made before token stores.
 fn kind(entry: &EntryStatus) -> String {
+    if !entry.mixture_of.is_empty() {
+        let stores: Vec<String> = entry
+            .mixture_of
+            .iter()
+            .map(|store| {
+                let short = store.fingerprint.get(..16).unwrap_or(&store.fingerprint);
+                if store.present { short.to_string() } else { format!("{short} (gone)") }
+            })
+            .collect();
+        return format!("mixture of {}", stores.join(", "));
+    }
     match (entry.kind, &entry.token_store, entry.token_store_present) {
         (EntryKind::Tokens, _, _) => "tokens".into(),
         (EntryKind::View, Some(store), Some(false)) => format!("view of {} (gone)", &store[..16]),

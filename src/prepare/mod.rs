@@ -147,7 +147,7 @@ pub struct TokenStoreOutcome {
 }
 
 impl TokenStoreOutcome {
-    fn untouched(fingerprint: Fingerprint, store: Option<&Manifest>) -> TokenStoreOutcome {
+    pub fn untouched(fingerprint: Fingerprint, store: Option<&Manifest>) -> TokenStoreOutcome {
         let tokens = store.map_or(0, |store| store.totals.counts.tokens);
         TokenStoreOutcome { fingerprint, built: false, shards_tokenized_here: 0, tokenize_seconds: 0.0, tokens }
     }
@@ -173,10 +173,7 @@ pub fn published(
 /// Prepares the view of `spec` unless it exists: its token store first, built
 /// unless it exists, then the view derived from it.
 pub fn prepare(spec: &Spec, cache: &CacheLayout, options: &PrepareOptions) -> Result<Prepared, PrepareError> {
-    cache.check_version().map_err(|source| PrepareError::Layout { path: cache.root().to_path_buf(), source })?;
-    cache
-        .create_own_dirs(&cache.build_dirs())
-        .map_err(|source| PrepareError::Layout { path: cache.root().to_path_buf(), source })?;
+    open_cache(cache)?;
     let mut located = locate(spec, cache)?;
     if options.rebuild_tokens {
         discard_token_store(cache, &located.tokens)?;
@@ -198,10 +195,17 @@ pub fn prepare(spec: &Spec, cache: &CacheLayout, options: &PrepareOptions) -> Re
         shards_tokenized_here: outcome.shards_tokenized_here,
         jobs: options.jobs,
     };
-    let derived = view::derive(cache, spec, &store, &making)?;
+    let derived = view::derive(cache, &view::Recipe::of(spec), &view::Source::Store(&store), &making)?;
     let prepared =
         Prepared { entry: derived.entry, manifest: derived.manifest, built: derived.built, token_store: outcome };
     use_published(cache, spec, prepared)
+}
+
+/// Checks the cache's layout version and makes the folders builds need.
+pub fn open_cache(cache: &CacheLayout) -> Result<(), PrepareError> {
+    let layout = |source| PrepareError::Layout { path: cache.root().to_path_buf(), source };
+    cache.check_version().map_err(layout)?;
+    cache.create_own_dirs(&cache.build_dirs()).map_err(layout)
 }
 
 /// `--rebuild-tokens`: moves the spec's token store out of the cache (to be
@@ -219,8 +223,8 @@ fn discard_token_store(cache: &CacheLayout, tokens: &Fingerprint) -> Result<(), 
 }
 
 /// The spec's token store: the published one, else built here (with every other
-/// task building it) and published.
-fn token_store(
+/// task building it) and published. The caller holds a lease on it.
+pub fn token_store(
     spec: &Spec,
     cache: &CacheLayout,
     options: &PrepareOptions,

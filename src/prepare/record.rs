@@ -100,5 +100,6 @@ pub fn manifest(
         token_store: None,
         packing: None,
         documents: Some(DocumentsRecord { dtype: StoreDtype::for_vocabulary(encoders.vocab_size) }),
+        mixture: None,
     }
 }

@@ -9,28 +9,31 @@ use std::collections::BTreeMap;
 use crate::cache::formats::{self, SplitParts, UnitParts};
 use crate::cache::layout::{BuildLayout, EntryLayout, data_file_name};
 use crate::cache::manifest::{
-    BuildRecord, Counts, EntryKind, MANIFEST_VERSION, Manifest, PackingRecord, SplitRecord, Timings, TokenStoreRef,
-    Totals, WrittenFile,
+    BuildRecord, ComponentRecord, ComponentUse, Counts, EntryKind, MANIFEST_VERSION, Manifest, MixtureRecord,
+    PackingRecord, SplitRecord, Timings, TokenStoreRef, Totals, WrittenFile,
 };
 use crate::cache::publish::{clear_assembly, hash_small_file, write_root_files};
 use crate::cache::writer::{self, Columns};
 use crate::errors::IoError;
 use crate::fsutil;
-use crate::spec::{PackMode, Spec};
+use crate::spec::PackMode;
 use crate::tokenizer::{SpecialTokens, reader_files};
 
+use super::interleave::{Total, Used};
 use super::rows::PlanStats;
 use super::store::TokenStore;
-use super::{Making, SplitOutput, ViewError};
+use super::{Making, Mixing, Recipe, SplitOutput, ViewError, blend};
 
 /// The largest `tokenizer.json` read from a token store (the biggest released ones are ~20 MB).
 const MAX_TOKENIZER_BYTES: u64 = 256 << 20;
 
 /// What the manifest records of how the view was made.
 pub struct Made<'a> {
-    pub spec: &'a Spec,
+    pub recipe: &'a Recipe<'a>,
     pub making: &'a Making,
-    pub store: &'a TokenStore<'a>,
+    /// The token store, or a mixture's components' stores in order.
+    pub stores: &'a [TokenStore<'a>],
+    pub mixing: Option<&'a Mixing<'a>>,
     pub view_seconds: f64,
 }
 
@@ -40,30 +43,44 @@ pub fn assemble(
     made: &Made,
     outputs: Vec<(String, SplitOutput)>,
 ) -> Result<(EntryLayout, Manifest), ViewError> {
-    let Made { spec, store, .. } = *made;
+    let Made { recipe, stores, mixing, .. } = *made;
     let short = made.making.fingerprint.short();
     let assembly = build.assembly(&fsutil::host_name(), std::process::id());
     clear_assembly(build.root(), &assembly)?;
-    let columns = Columns::new(spec.output.token_type, &spec.sequence);
+    let columns = Columns::new(recipe.output.token_type, recipe.sequence);
+    let formats = &recipe.output.formats;
+    let row_formats = if mixing.is_some() { formats.without_megatron() } else { formats.clone() };
     let mut files = Vec::new();
     let mut splits = BTreeMap::new();
     let mut stats = PlanStats::default();
+    let mut uses = Vec::new();
     for (split, output) in outputs {
         let data_files = link_arrow_parts(build, &assembly, &split, &output, &columns, &short, &mut files)?;
         let units: Vec<UnitParts> = output.units.iter().filter_map(|unit| unit.formats.clone()).collect();
-        let documents = spec.sequence.position_ids || spec.sequence.pack == PackMode::BestFit;
-        let parts = SplitParts { split: &split, units: &units, token_type: spec.output.token_type, documents };
-        files.extend(formats::assemble_split(assembly.root(), &parts, &spec.output.formats)?);
-        let store_split = &store.manifest.splits[&split];
-        let counts = Counts {
+        let documents = super::documents(recipe.sequence);
+        let parts = SplitParts { split: &split, units: &units, token_type: recipe.output.token_type, documents };
+        files.extend(formats::assemble_split(assembly.root(), &parts, &row_formats)?);
+        let mut record = SplitRecord { inputs: Vec::new(), data_files, counts: Counts::default() };
+        for store in stores {
+            let store_split = &store.manifest.splits[&split];
+            record.inputs.extend(store_split.inputs.iter().cloned());
+            record.counts.add(&store_split.counts);
+        }
+        record.counts = Counts {
             rows: output.units.iter().map(|unit| unit.rows).sum(),
             tokens: output.stats.tokens,
             remainder_tokens: output.stats.remainder,
             truncated_tokens: output.stats.truncated,
-            ..store_split.counts.clone()
+            ..record.counts
         };
         stats.add(&output.stats);
-        splits.insert(split, SplitRecord { inputs: store_split.inputs.clone(), data_files, counts });
+        if let Some(used) = output.used {
+            uses.push((split.clone(), used));
+        }
+        splits.insert(split, record);
+    }
+    if let Some(mixing) = mixing.filter(|_| formats.megatron()) {
+        files.extend(blend::write(assembly.root(), stores, mixing)?);
     }
     let names: Vec<&String> = splits.keys().collect();
     let dataset_dict = assembly.dataset_dict();
@@ -71,8 +88,42 @@ pub fn assemble(
         .map_err(IoError::at("writing", &dataset_dict))?;
     files.push(hash_small_file(assembly.root(), "dataset_dict.json")?);
     files.extend(write_root_files(assembly.root(), &tokenizer_files(made)?)?);
-    let manifest = manifest(made, splits, files, &stats);
+    let mut manifest = manifest(made, splits, files, &stats);
+    manifest.mixture = mixing.map(|mixing| mixture_record(mixing, &uses));
     Ok((assembly, manifest))
+}
+
+/// What the manifest records of a mixture: each component, and what it gave each split.
+fn mixture_record(mixing: &Mixing, uses: &[(String, Vec<Used>)]) -> MixtureRecord {
+    let sum: f64 = mixing.components.iter().map(|(weight, _)| weight).sum();
+    let components = mixing
+        .components
+        .iter()
+        .enumerate()
+        .map(|(index, &(weight, max_epochs))| {
+            let splits = uses
+                .iter()
+                .map(|(split, used)| {
+                    let total: u64 = used.iter().map(|used| used.tokens_used).sum();
+                    let Used { tokens_available, tokens_used, rows, epochs } = used[index];
+                    let realized_weight = if total == 0 { 0.0 } else { tokens_used as f64 / total as f64 };
+                    (split.clone(), ComponentUse { tokens_available, tokens_used, rows, epochs, realized_weight })
+                })
+                .collect();
+            ComponentRecord {
+                name: mixing.names[index].clone(),
+                token_store: mixing.stores[index].fingerprint.clone(),
+                weight: weight / sum,
+                max_epochs,
+                splits,
+            }
+        })
+        .collect();
+    let total_tokens = match mixing.total {
+        Total::Tokens(tokens) => Some(tokens),
+        Total::NoRepetition => None,
+    };
+    MixtureRecord { seed: mixing.seed, total_tokens, components }
 }
 
 /// Hard-links a split's Arrow parts into the assembly under their `datasets`
@@ -117,7 +168,7 @@ fn link_arrow_parts(
 
 /// The token store's `tokenizer.json`, and a `tokenizer_config.json` with the view's row length.
 fn tokenizer_files(made: &Made) -> Result<Vec<(&'static str, String)>, ViewError> {
-    let store = made.store;
+    let store = &made.stores[0];
     let damaged = |problem: String| ViewError::DamagedStore {
         store: store.root().to_path_buf(),
         file: "tokenizer.json".into(),
@@ -127,7 +178,7 @@ fn tokenizer_files(made: &Made) -> Result<Vec<(&'static str, String)>, ViewError
     let json = String::from_utf8(json).map_err(|_| damaged("is not UTF-8".into()))?;
     let tokenizer = &store.manifest.tokenizer;
     let special = SpecialTokens { bos: tokenizer.bos_token.clone(), eos: tokenizer.eos_token.clone() };
-    let sequence = &made.spec.sequence;
+    let sequence = made.recipe.sequence;
     let max_length = (sequence.pack != PackMode::None).then_some(sequence.seq_len);
     reader_files(&json, &special, max_length).map_err(damaged)
 }
@@ -138,19 +189,20 @@ fn manifest(
     files: Vec<WrittenFile>,
     stats: &PlanStats,
 ) -> Manifest {
-    let Made { spec, making, store, view_seconds } = *made;
+    let Made { recipe, making, stores, mixing, view_seconds } = *made;
+    let store = &stores[0];
     let mut totals = Totals { bytes: files.iter().map(|f| f.size).sum(), ..Totals::default() };
     splits.values().for_each(|split| totals.counts.add(&split.counts));
-    let sequence = &spec.sequence;
+    let sequence = recipe.sequence;
     let stored = stats.tokens + stats.padding;
     let padded = sequence.pack == PackMode::BestFit;
     Manifest {
         manifest_version: MANIFEST_VERSION,
         fingerprint: making.fingerprint.full(),
-        name: spec.name.clone(),
+        name: recipe.name.to_string(),
         tool_version: env!("CARGO_PKG_VERSION").to_string(),
         created_unix: fsutil::now_unix(),
-        spec: spec.canonical(),
+        spec: recipe.canonical.clone(),
         tokenizer: store.manifest.tokenizer.clone(),
         splits,
         files,
@@ -166,10 +218,18 @@ fn manifest(
             pid: fsutil::whoami().pid,
             workers: making.jobs,
             shards_tokenized_here: making.shards_tokenized_here,
-            shards_total: store.manifest.splits.values().map(|split| split.data_files.len()).sum(),
+            shards_total: stores
+                .iter()
+                .flat_map(|store| store.manifest.splits.values())
+                .map(|split| split.data_files.len())
+                .sum(),
         },
         kind: EntryKind::View,
-        token_store: Some(TokenStoreRef { fingerprint: store.manifest.fingerprint.clone() }),
+        // A mixture names its stores in `mixture`.
+        token_store: match mixing {
+            None => Some(TokenStoreRef { fingerprint: store.manifest.fingerprint.clone() }),
+            Some(_) => None,
+        },
         packing: Some(PackingRecord {
             pack: sequence.pack,
             seq_len: if sequence.pack == PackMode::None { 0 } else { sequence.seq_len as u64 },
@@ -180,5 +240,6 @@ fn manifest(
             shuffle_seed: sequence.shuffle_seed,
         }),
         documents: None,
+        mixture: None,
     }
 }

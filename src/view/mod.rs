@@ -12,6 +12,7 @@
 //! - `plan`: the rows of an input shard, from its documents' lengths alone.
 //! - `best_fit`: best-fit-decreasing packing of a window of documents.
 //! - `shuffle`: the seeded permutation of a split's rows.
+//! - `interleave`: a mixture's rows, several components' interleaved by weight.
 //! - `gather`: a row's tokens, read from the token store's files.
 //! - `write`: one unit of rows written as Arrow files and format parts.
 //! - `assemble`: the units put together as an entry, and its manifest.
@@ -19,7 +20,9 @@
 
 mod assemble;
 pub mod best_fit;
+mod blend;
 mod gather;
+pub mod interleave;
 pub mod plan;
 pub mod rows;
 pub mod shuffle;
@@ -43,8 +46,9 @@ use crate::cache::writer::{Columns, WriteError};
 use crate::errors::{Failure, Fault, IoError};
 use crate::fingerprint::Fingerprint;
 use crate::fsutil::untrusted;
-use crate::spec::{PackMode, Spec};
+use crate::spec::{Formats, OutputSpec, PackMode, SequenceSpec, Spec};
 
+use interleave::{Component, Interleaved, Total, Used};
 use rows::{Plan, PlanStats};
 use store::{StoreShard, TokenStore};
 use write::{UnitContext, UnitOutput, write_unit};
@@ -75,6 +79,16 @@ pub enum ViewError {
     Lookup(#[from] LookupError),
     #[error(transparent)]
     Manifest(#[from] ManifestError),
+    #[error(
+        "mixture component {name} is short in split {split:?}: it has {available} tokens in rows of this packing, \
+         {needed} are needed for its weight, and {epochs} epoch(s) are allowed; raise its max_epochs, lower its \
+         weight or mix.total_tokens"
+    )]
+    ShortComponent { name: String, split: String, available: u64, needed: u64, epochs: u64 },
+    #[error(
+        "mixture component {name} has no rows in split {split:?} at this packing (its documents are too few for one row)"
+    )]
+    EmptyComponent { name: String, split: String },
 }
 
 impl Failure for ViewError {
@@ -101,6 +115,68 @@ pub struct Derived {
     pub built: bool,
 }
 
+/// What a view is made into: the view part of a spec (or of a mixture spec).
+pub struct Recipe<'a> {
+    pub name: &'a str,
+    pub sequence: &'a SequenceSpec,
+    pub output: &'a OutputSpec,
+    /// The whole spec's canonical form, which the manifest records.
+    pub canonical: serde_json::Value,
+}
+
+impl<'a> Recipe<'a> {
+    pub fn of(spec: &'a Spec) -> Recipe<'a> {
+        Recipe { name: &spec.name, sequence: &spec.sequence, output: &spec.output, canonical: spec.canonical() }
+    }
+}
+
+/// Where a view's rows come from.
+pub enum Source<'a> {
+    /// One token store's documents.
+    Store(&'a Manifest),
+    /// Several token stores' rows, interleaved by weight (`interleave`).
+    Mixture(&'a Mixing<'a>),
+}
+
+/// A mixture's components and how they are mixed.
+pub struct Mixing<'a> {
+    /// Each component's token store, in the spec's order; they share a tokenizer.
+    pub stores: Vec<&'a Manifest>,
+    /// How each component is named in messages and the manifest.
+    pub names: Vec<String>,
+    /// Weights (any positive scale) and epoch caps, in the same order.
+    pub components: Vec<(f64, Option<u64>)>,
+    pub total: Total,
+    pub seed: u64,
+    /// The splits mixed: each component has them all.
+    pub splits: Vec<String>,
+}
+
+impl Source<'_> {
+    pub fn stores(&self) -> Vec<&Manifest> {
+        match self {
+            Source::Store(store) => vec![*store],
+            Source::Mixture(mixing) => mixing.stores.clone(),
+        }
+    }
+
+    fn splits(&self) -> Vec<String> {
+        match self {
+            Source::Store(store) => store.splits.keys().cloned().collect(),
+            Source::Mixture(mixing) => mixing.splits.clone(),
+        }
+    }
+
+    /// The formats units write: a mixture's Megatron files are its components'
+    /// document files (`assemble`), not rows.
+    fn row_formats(&self, formats: &Formats) -> Formats {
+        match self {
+            Source::Store(_) => formats.clone(),
+            Source::Mixture(_) => formats.without_megatron(),
+        }
+    }
+}
+
 /// What a view's manifest records of the prepare that made it.
 pub struct Making {
     /// The view's fingerprint.
@@ -115,68 +191,63 @@ pub struct Making {
 /// How long a prepare waits between looks at a view another one is deriving.
 const POLL: std::time::Duration = std::time::Duration::from_millis(250);
 
-/// Derives the view of `spec` from the token store `store_manifest`, unless it is
-/// published meanwhile. One prepare derives it (the one holding the claim); others
-/// wait for it, and take the claim over if its holder dies.
-pub fn derive(
-    cache: &CacheLayout,
-    spec: &Spec,
-    store_manifest: &Manifest,
-    making: &Making,
-) -> Result<Derived, ViewError> {
+/// Derives the view `recipe` of `source`, unless it is published meanwhile. One
+/// prepare derives it (the one holding the claim); others wait for it, and take
+/// the claim over if its holder dies.
+pub fn derive(cache: &CacheLayout, recipe: &Recipe, source: &Source, making: &Making) -> Result<Derived, ViewError> {
     let started = Instant::now();
-    let token_type = spec.output.token_type;
-    if store_manifest.tokenizer.vocab_size > token_type.max_vocab() {
-        let vocab_size = store_manifest.tokenizer.vocab_size;
-        return Err(ViewError::VocabTooLarge { vocab_size, token_type: token_type.dtype() });
-    }
-    let pad_id = match spec.sequence.pack {
-        PackMode::BestFit => store_manifest.tokenizer.pad_id.ok_or(ViewError::NoPadToken)?,
-        _ => 0,
-    };
-    if u64::from(pad_id) >= store_manifest.tokenizer.vocab_size.max(1) {
-        return Err(ViewError::DamagedStore {
-            store: cache.entry(store_manifest.short_fingerprint()).root().to_path_buf(),
-            file: "manifest.json".into(),
-            problem: format!("names pad id {pad_id}, outside its vocabulary"),
-        });
-    }
+    let manifests = source.stores();
+    let pad_id = pad_id(cache, recipe, manifests[0])?;
     let short = making.fingerprint.short();
-    // Held while the view reads the token store: gc keeps both meanwhile.
+    // Held while the view reads the token stores: gc keeps them meanwhile.
     let lease =
         |short: &str, kind| Lease::acquire(cache, short, kind).map_err(IoError::at("taking a lease in", cache.root()));
-    let (_store_lease, _lease) = (lease(store_manifest.short_fingerprint(), "derive")?, lease(&short, "build")?);
+    let mut _leases = Vec::new();
+    for store in &manifests {
+        _leases.push(lease(store.short_fingerprint(), "derive")?);
+    }
+    _leases.push(lease(&short, "build")?);
     let claims = Claims::new(cache.liveness());
     let claimed = match claim(cache, &claims, &making.fingerprint)? {
         Claimed::Ours(guard) => guard,
         Claimed::Published(entry, manifest) => return Ok(Derived { entry, manifest: *manifest, built: false }),
     };
-    let store = TokenStore::open(cache, store_manifest)?;
+    let stores: Vec<TokenStore> =
+        manifests.iter().map(|manifest| TokenStore::open(cache, manifest)).collect::<Result<_, _>>()?;
     let build = cache.build(&short);
     // What a deriver that died here left.
     untrusted::remove_tree_below(cache.root(), &Path::new(BUILDING_DIR).join(&short).join("parts"))
         .map_err(IoError::at("clearing", build.root()))?;
-    let splits: Vec<&String> = store_manifest.splits.keys().collect();
-    let _progress = build_progress::ticker(&build, &spec.name, &making.fingerprint, splits.len() as u64);
+    let splits = source.splits();
+    let _progress = build_progress::ticker(&build, recipe.name, &making.fingerprint, splits.len() as u64);
     let pool = rayon::ThreadPoolBuilder::new().num_threads(making.jobs.max(1)).build().map_err(ViewError::Threads)?;
+    let token_type = recipe.output.token_type;
+    let row_formats = source.row_formats(&recipe.output.formats);
     let mut outputs = Vec::new();
-    for split in splits {
+    for split in &splits {
         let context = UnitContext {
             build: &build,
             split,
-            columns: Columns::new(token_type, &spec.sequence),
-            formats: FormatsPlan {
-                formats: &spec.output.formats,
-                token_type,
-                documents: spec.sequence.position_ids || spec.sequence.pack == PackMode::BestFit,
-            },
-            target_shard_bytes: spec.output.target_shard_bytes,
+            columns: Columns::new(token_type, recipe.sequence),
+            formats: FormatsPlan { formats: &row_formats, token_type, documents: documents(recipe.sequence) },
+            target_shard_bytes: recipe.output.target_shard_bytes,
             pad_id,
         };
-        outputs.push((split.clone(), pool.install(|| derive_split(&store, &context, spec))?));
+        let output = match source {
+            Source::Store(_) => pool.install(|| derive_split(&stores[0], &context, recipe.sequence))?,
+            Source::Mixture(mixing) => {
+                pool.install(|| derive_mixed_split(&stores, &context, recipe.sequence, mixing))?
+            }
+        };
+        outputs.push((split.clone(), output));
     }
     let publish_started = Instant::now();
-    let made = assemble::Made { spec, making, store: &store, view_seconds: started.elapsed().as_secs_f64() };
+    let mixing = match source {
+        Source::Mixture(mixing) => Some(*mixing),
+        Source::Store(_) => None,
+    };
+    let made =
+        assemble::Made { recipe, making, stores: &stores, mixing, view_seconds: started.elapsed().as_secs_f64() };
     let (assembly, mut manifest) = assemble::assemble(&build, &made, outputs)?;
     manifest.timings.publish_seconds = publish_started.elapsed().as_secs_f64();
     manifest.timings.total_seconds = making.hash_seconds + making.tokenize_seconds + started.elapsed().as_secs_f64();
@@ -190,6 +261,33 @@ pub fn derive(
     drop(claimed);
     let _ = untrusted::remove_tree_below(cache.root(), &Path::new(BUILDING_DIR).join(&short));
     Ok(Derived { entry, manifest, built: won })
+}
+
+/// Rows hold documents a reader keeps apart: the formats record their pieces.
+fn documents(sequence: &SequenceSpec) -> bool {
+    sequence.position_ids || sequence.pack == PackMode::BestFit
+}
+
+/// The id best-fit rows are padded with (0, unused, otherwise), after checking the
+/// token type holds the vocabulary.
+fn pad_id(cache: &CacheLayout, recipe: &Recipe, store: &Manifest) -> Result<u32, ViewError> {
+    let token_type = recipe.output.token_type;
+    let vocab_size = store.tokenizer.vocab_size;
+    if vocab_size > token_type.max_vocab() {
+        return Err(ViewError::VocabTooLarge { vocab_size, token_type: token_type.dtype() });
+    }
+    let pad_id = match recipe.sequence.pack {
+        PackMode::BestFit => store.tokenizer.pad_id.ok_or(ViewError::NoPadToken)?,
+        _ => 0,
+    };
+    if u64::from(pad_id) >= vocab_size.max(1) {
+        return Err(ViewError::DamagedStore {
+            store: cache.entry(store.short_fingerprint()).root().to_path_buf(),
+            file: "manifest.json".into(),
+            problem: format!("names pad id {pad_id}, outside its vocabulary"),
+        });
+    }
+    Ok(pad_id)
 }
 
 /// Whether this prepare derives the view, or found it published.
@@ -232,14 +330,15 @@ fn claim<'a>(cache: &CacheLayout, claims: &'a Claims, view: &Fingerprint) -> Res
 pub struct SplitOutput {
     pub units: Vec<UnitOutput>,
     pub stats: PlanStats,
+    /// What each component of a mixture gave.
+    pub used: Option<Vec<Used>>,
 }
 
 /// Derives one split on the current pool. Unshuffled, each input shard's rows are
 /// planned, read and written by themselves (memory follows one shard); shuffled,
 /// the split's rows are planned whole, permuted, and written in units of the
 /// permuted order.
-fn derive_split(store: &TokenStore, context: &UnitContext, spec: &Spec) -> Result<SplitOutput, ViewError> {
-    let sequence = &spec.sequence;
+fn derive_split(store: &TokenStore, context: &UnitContext, sequence: &SequenceSpec) -> Result<SplitOutput, ViewError> {
     let seq_len = sequence.seq_len as u32;
     let files = store.shard_files(context.split);
     let mut stats = PlanStats::default();
@@ -294,5 +393,68 @@ fn derive_split(store: &TokenStore, context: &UnitContext, spec: &Spec) -> Resul
                 .collect::<Result<Vec<_>, _>>()?
         }
     };
-    Ok(SplitOutput { units, stats })
+    Ok(SplitOutput { units, stats, used: None })
+}
+
+/// Derives one split of a mixture on the current pool: every component's rows
+/// planned as a view's, interleaved by weight, and written in units of that order.
+fn derive_mixed_split(
+    stores: &[TokenStore],
+    context: &UnitContext,
+    sequence: &SequenceSpec,
+    mixing: &Mixing,
+) -> Result<SplitOutput, ViewError> {
+    crate::fsutil::raise_open_files_limit();
+    let split = context.split;
+    let files: Vec<(&TokenStore, &String)> =
+        stores.iter().flat_map(|store| store.shard_files(split).iter().map(move |bin| (store, bin))).collect();
+    let shards: Vec<StoreShard> =
+        files.par_iter().map(|(store, bin)| store.load_shard(bin)).collect::<Result<_, _>>()?;
+    let seq_len = sequence.seq_len as u32;
+    let plans: Vec<Plan> = shards
+        .par_iter()
+        .enumerate()
+        .map(|(index, shard)| plan::plan_shard(sequence.pack, seq_len, index as u32, &shard.offsets))
+        .collect();
+    let mut plan = Plan::default();
+    let mut components = Vec::new();
+    let mut plans = plans.into_iter();
+    for (store, &(weight, max_epochs)) in stores.iter().zip(&mixing.components) {
+        let start = plan.rows.len();
+        for shard_plan in plans.by_ref().take(store.shard_files(split).len()) {
+            plan.append(shard_plan);
+        }
+        components.push(Component { weight, max_epochs, rows: start..plan.rows.len() });
+    }
+    for (component, name) in components.iter().zip(&mixing.names) {
+        if component.rows.is_empty() {
+            return Err(ViewError::EmptyComponent { name: name.clone(), split: split.to_string() });
+        }
+    }
+    let Interleaved { order, used } =
+        interleave::interleave(&plan, &components, mixing.total, mixing.seed).map_err(|short| {
+            ViewError::ShortComponent {
+                name: mixing.names[short.component].clone(),
+                split: split.to_string(),
+                available: short.tokens_available,
+                needed: short.tokens_needed,
+                epochs: short.epochs,
+            }
+        })?;
+    let units = plan
+        .runs_in(&order, UNIT_TOKENS)
+        .into_par_iter()
+        .enumerate()
+        .map(|(chunk, run)| write_unit(context, (0, chunk), &plan, order[run].iter().copied(), &shards, false))
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut stats = PlanStats::default();
+    for &row in &order {
+        let row = &plan.rows[row];
+        stats.tokens += plan.pieces_of(row).iter().map(|piece| u64::from(piece.len)).sum::<u64>();
+        stats.padding += u64::from(row.padding);
+    }
+    stats.documents_split = plan.stats.documents_split;
+    stats.remainder = plan.stats.remainder;
+    stats.truncated = plan.stats.truncated;
+    Ok(SplitOutput { units, stats, used: Some(used) })
 }

@@ -103,6 +103,33 @@ impl<'a> TokenStore<'a> {
         })
     }
 
+    /// Puts the store's file `relative` at `target` (a new path in an assembly): a
+    /// hard link to it, or, where the file system refuses one (another user's file
+    /// under `protected_hardlinks`), a copy checked against the manifest. Returns
+    /// the store's record of it.
+    pub fn place(&self, relative: &str, target: &Path) -> Result<&'a WrittenFile, ViewError> {
+        use std::os::unix::fs::MetadataExt;
+        let record = self.record(relative)?;
+        let file = self.dir.open_file(relative).map_err(|err| self.unreadable(relative, err))?;
+        let opened = file.metadata().map_err(|err| self.unreadable(relative, err))?;
+        let writing = IoError::at("writing", target);
+        // Linked by path, then checked to be the very file opened without following
+        // symlinks: a link to anything else is undone and the file copied instead.
+        if std::fs::hard_link(self.dir.display_path(relative), target).is_ok() {
+            let linked = std::fs::symlink_metadata(target).map_err(&writing)?;
+            if linked.is_file() && (linked.dev(), linked.ino()) == (opened.dev(), opened.ino()) {
+                return Ok(record);
+            }
+            std::fs::remove_file(target).map_err(&writing)?;
+        }
+        let mut copy = std::fs::File::create_new(target).map_err(&writing)?;
+        let size = std::io::copy(&mut &file, &mut copy).map_err(|err| self.unreadable(relative, err))?;
+        copy.sync_all().map_err(&writing)?;
+        let hash = crate::fsutil::blake3_of_file(target).map_err(&writing)?;
+        self.check(relative, record, size, hash)?;
+        Ok(record)
+    }
+
     /// A small file of the store, read whole (at most `max_bytes`) and checked.
     pub fn read_checked(&self, relative: &str, max_bytes: u64) -> Result<Vec<u8>, ViewError> {
         let record = self.record(relative)?;

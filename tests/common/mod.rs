@@ -2,6 +2,8 @@
 //! run inside it.
 #![allow(dead_code)]
 
+pub mod observe;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
