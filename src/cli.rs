@@ -125,6 +125,11 @@ pub enum Command {
         /// Print JSON: the counts, the histograms and the rows' ids and text.
         #[arg(long)]
         json: bool,
+        /// Print Megatron's data arguments for the entry where it lies (use --cache DEST for
+        /// a staged copy): with --split, the `--data-path` weights and prefixes; else a JSON
+        /// for `--per-split-data-args-path`.
+        #[arg(long, conflicts_with = "json")]
+        megatron_args: bool,
     },
     /// Run the per-node agent: status and stage requests over a Unix socket, optional metrics.
     Daemon(DaemonArgs),

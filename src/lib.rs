@@ -34,6 +34,7 @@
 //!   documents, from their lengths), `shuffle`, `gather` (a row's tokens from the store's
 //!   files), `write` (units of rows as Arrow files and format parts), `assemble`; `interleave`
 //!   (a mixture's rows, by weight) and `blend` (a mixture's Megatron files and blend).
+//! - `megatron_args`: Megatron's `--data-path` for an entry where it lies (cache or node).
 //! - `mixture`: mixture specs, their components resolved to token stores, and their prepare.
 //! - `prepare`: a spec's token store, built and published unless it exists, then its view:
 //!   `together` (the claims loop shared by every task building the store), `shard` + `pipeline`
@@ -64,6 +65,7 @@ pub mod hub;
 pub mod huge_pages;
 pub mod inputs;
 pub mod inspect;
+pub mod megatron_args;
 pub mod mixture;
 pub mod prepare;
 pub mod progress;

@@ -258,11 +258,19 @@ fn a_staged_mixture_blends_in_megatron_and_outlives_gc_of_its_token_stores() {
     else {
         return;
     };
-    let staged = dest.join("entries").join(&short);
+    // What a job script does: the node's copy named to Megatron in a file.
+    let data_args = env
+        .write("data_args.json", env.run_ok(&["inspect", "mix", "--megatron-args", "--cache", dest.to_str().unwrap()]));
+    let line =
+        env.run_ok(&["inspect", "mix", "--megatron-args", "--split", "train", "--cache", dest.to_str().unwrap()]);
+    assert!(
+        line.split_whitespace().skip(1).step_by(2).all(|prefix| prefix.starts_with(dest.to_str().unwrap())),
+        "{line}"
+    );
     let script = common::python_script("check_mixture.py");
     let output = std::process::Command::new(python)
         .arg(&script)
-        .args([staged.to_str().unwrap(), "train", "64", "400"])
+        .args([data_args.to_str().unwrap(), "train", "64", "400"])
         .output()
         .unwrap();
     assert!(output.status.success(), "{}", describe(&output));

@@ -44,6 +44,7 @@ fn fault_of(cause: &(dyn Error + 'static)) -> Option<Fault> {
         crate::hub::HubError,
         crate::inspect::InspectError,
         crate::inputs::InputError,
+        crate::megatron_args::MegatronArgsError,
         crate::mixture::MixtureError,
         crate::prepare::PrepareError,
         crate::prepare::ShardError,

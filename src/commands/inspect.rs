@@ -2,9 +2,34 @@
 //! tokens per source drawn in the terminal, and its first rows decoded with BOS/EOS
 //! and row boundaries marked.
 
+use std::collections::BTreeMap;
+
 use crate::cache::layout::CacheLayout;
 use crate::cache::manifest::{EntryKind, MixtureRecord};
 use crate::inspect::{Inspection, SplitView, inspect};
+use crate::megatron_args;
+
+/// `--megatron-args`: with a split, its `--data-path` arguments on one line; else
+/// a JSON for `--per-split-data-args-path` (Megatron's split names).
+pub fn megatron_args(cache: &CacheLayout, entry: &str, split: Option<&str>) -> anyhow::Result<()> {
+    let splits = megatron_args::data_args(cache, entry)?;
+    if let Some(split) = split {
+        let Some(arguments) = splits.get(split) else {
+            let has: Vec<&String> = splits.keys().collect();
+            anyhow::bail!(super::UserError(format!(
+                "entry {entry} has no Megatron files for split {split:?}; it has {has:?}"
+            )));
+        };
+        out!("{}", arguments.join(" "))?;
+        return Ok(());
+    }
+    let per_split: BTreeMap<&str, &Vec<String>> = splits
+        .iter()
+        .filter_map(|(split, arguments)| Some((megatron_args::megatron_split(split)?, arguments)))
+        .collect();
+    out!("{}", serde_json::to_string_pretty(&per_split)?)?;
+    Ok(())
+}
 
 /// The widest bar drawn, in characters.
 const BAR_WIDTH: u64 = 40;

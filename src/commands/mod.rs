@@ -87,9 +87,10 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Verify { fingerprint, all, dest, cache, json } => {
             verify::run(&cache_layout(cache.cache), fingerprint.as_deref(), all, dest.as_deref(), json)
         }
-        Command::Inspect { entry, split, rows, cache, json } => {
-            inspect::run(&cache_layout(cache.cache), &entry, split.as_deref(), rows, json)
-        }
+        Command::Inspect { entry, split, rows, cache, json, megatron_args } => match megatron_args {
+            true => inspect::megatron_args(&cache_layout(cache.cache), &entry, split.as_deref()),
+            false => inspect::run(&cache_layout(cache.cache), &entry, split.as_deref(), rows, json),
+        },
         Command::Config { json } => config::run(&settings, json),
         Command::Daemon(args) => daemon::serve(&settings, cache_layout(args.cache.cache.clone()), args),
         Command::Request { json, socket } => daemon::request(&settings, &json, socket),

@@ -1,9 +1,10 @@
 """Megatron reads a staged mixture as it blends datasets itself: megatron-core's
-BlendedMegatronDatasetBuilder builds a blended GPT dataset from the entry's
-`megatron/blend.json` (weights and prefixes relative to `megatron/`), and every
-sample it gives is a run of tokens of one component's documents.
+BlendedMegatronDatasetBuilder builds a blended GPT dataset from the file that
+`ferry inspect NAME --megatron-args --cache DEST` wrote (what Megatron's
+`--per-split-data-args-path` takes: per split, weights and absolute prefixes),
+and every sample it gives is a run of tokens of one component's documents.
 
-Usage: check_mixture.py ENTRY SPLIT SEQ_LEN SAMPLES
+Usage: check_mixture.py DATA_ARGS_JSON SPLIT SEQ_LEN SAMPLES
 
 Prints a JSON summary: the samples drawn from each component (by its prefix's
 `c<index>-` name) and the blend's weights per component.
@@ -33,17 +34,17 @@ class EndOfDocument:
 
 
 def main():
-    entry, split, seq_len, samples = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+    data_args, split, seq_len, samples = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
     from megatron.core.datasets.blended_megatron_dataset_builder import BlendedMegatronDatasetBuilder
     from megatron.core.datasets.gpt_dataset import GPTDataset, GPTDatasetConfig
     from megatron.core.datasets.indexed_dataset import IndexedDataset
     from megatron.core.datasets.utils import get_blend_from_list
 
-    megatron = os.path.join(entry, "megatron")
-    with open(os.path.join(megatron, "blend.json")) as file:
-        arguments = json.load(file)[split]
     # As `--data-path` takes them: weight, prefix, weight, prefix, ...
-    absolute = [value if index % 2 == 0 else os.path.join(megatron, value) for index, value in enumerate(arguments)]
+    with open(data_args) as file:
+        absolute = json.load(file)[split]
+    if not all(os.path.isabs(prefix) for prefix in absolute[1::2]):
+        fail(f"the prefixes are not absolute: {absolute[1::2]}")
     prefixes = absolute[1::2]
     weights = [float(weight) for weight in absolute[0::2]]
     if abs(sum(weights) - 1.0) > 1e-9:
