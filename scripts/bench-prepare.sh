@@ -6,7 +6,8 @@
 # corpus and cores: datatrove as a second peer, a Llama-3-structured tokenizer,
 # one shard against as many shards as cores, the encoder cores on one thread, and
 # what the megatron and flat output formats add (scripts/bench-formats.sh), and new
-# views of one token store against a fresh build and against cp (scripts/bench-views.sh).
+# views of one token store against a fresh build and against cp (scripts/bench-views.sh),
+# and mixtures of two token stores against their builds (scripts/bench-mixtures.sh).
 #
 # Real text comes from Debian packages (kernel sources and docs, Python and Perl
 # docs, the GCIDE dictionary), downloaded with apt-get (no install). Without
@@ -340,4 +341,12 @@ fi
 if [ "${BENCH_VIEWS:-1}" != 0 ]; then
   say "views of one token store: a fresh build against new views and cp"
   FERRY_BIN="$ferry" BENCH_CORPUS="$corpus" BENCH_DIR="$work/views" BENCH_PYTHON="$venv/bin/python" scripts/bench-views.sh
+fi
+
+# ---- Mixtures of two token stores (scripts/bench-mixtures.sh) ------------------
+# The corpus in two halves, each a component: their fresh builds against new
+# mixtures of them, datasets' interleave_datasets, and cp. BENCH_MIXTURES=0 skips it.
+if [ "${BENCH_MIXTURES:-1}" != 0 ]; then
+  say "mixtures of two token stores: the components' builds against new mixtures, datasets and cp"
+  FERRY_BIN="$ferry" BENCH_CORPUS="$corpus" BENCH_DIR="$work/mixtures" BENCH_PYTHON="$venv/bin/python" scripts/bench-mixtures.sh
 fi
