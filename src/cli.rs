@@ -126,8 +126,9 @@ pub enum Command {
         #[arg(long)]
         json: bool,
         /// Print Megatron's data arguments for the entry where it lies (use --cache DEST for
-        /// a staged copy): with --split, the `--data-path` weights and prefixes; else a JSON
-        /// for `--per-split-data-args-path`.
+        /// a staged copy): with --split, the `--data-path` weights and prefixes, separated by
+        /// spaces (a path with spaces needs the JSON); else a JSON for
+        /// `--per-split-data-args-path`.
         #[arg(long, conflicts_with = "json")]
         megatron_args: bool,
     },

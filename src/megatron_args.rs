@@ -48,9 +48,8 @@ pub fn data_args(cache: &CacheLayout, name: &str) -> Result<BTreeMap<String, Vec
         .and_then(|cache_dir| cache_dir.open_dir(Path::new(ENTRIES_DIR).join(&short)))
         .map_err(IoError::at("opening the entry in", &root))?;
     let megatron = entry.path().join("megatron");
-    let listed = |relative: &str| manifest.files.iter().any(|file| file.path == relative);
-    if listed(megatron_blend_file()) {
-        return blend(&entry, &megatron);
+    if manifest.files.iter().any(|file| file.path == megatron_blend_file()) {
+        return blend(&manifest, &entry, &megatron);
     }
     let splits = single_prefixes(&manifest, &megatron);
     if splits.is_empty() {
@@ -73,11 +72,22 @@ fn single_prefixes(manifest: &Manifest, megatron: &Path) -> BTreeMap<String, Vec
         .collect()
 }
 
-/// A mixture's blend, read (untrusted) and made absolute.
-fn blend(entry: &Dir, megatron: &Path) -> Result<BTreeMap<String, Vec<String>>, MegatronArgsError> {
+/// A mixture's blend, read, checked against the manifest, and made absolute: it
+/// names only datasets whose files the manifest lists.
+fn blend(
+    manifest: &Manifest,
+    entry: &Dir,
+    megatron: &Path,
+) -> Result<BTreeMap<String, Vec<String>>, MegatronArgsError> {
     let path = entry.display_path(megatron_blend_file());
     let damaged = |problem: String| MegatronArgsError::Damaged { path: path.clone(), problem };
     let bytes = entry.read(megatron_blend_file(), MAX_BLEND_BYTES).map_err(IoError::at("reading", &path))?;
+    let record = manifest.files.iter().find(|file| file.path == megatron_blend_file());
+    let hash = blake3::hash(&bytes).to_hex().to_string();
+    if record.is_none_or(|record| record.size != bytes.len() as u64 || record.blake3 != hash) {
+        return Err(damaged("differs from its record in the manifest".into()));
+    }
+    let listed = |relative: String| manifest.files.iter().any(|file| file.path == relative);
     let blend: BTreeMap<String, Vec<String>> =
         serde_json::from_slice(&bytes).map_err(|err| damaged(format!("not a blend ({err})")))?;
     let mut absolute = BTreeMap::new();
@@ -92,6 +102,9 @@ fn blend(entry: &Dir, megatron: &Path) -> Result<BTreeMap<String, Vec<String>>, 
                 return Err(damaged(format!("{:?} is not a weight", pair[0])));
             }
             check_relative(&pair[1]).map_err(&damaged)?;
+            if !["bin", "idx"].iter().all(|extension| listed(format!("megatron/{}.{extension}", pair[1]))) {
+                return Err(damaged(format!("names {:?}, whose files the manifest does not list", pair[1])));
+            }
             made.push(pair[0].clone());
             made.push(megatron.join(&pair[1]).display().to_string());
         }

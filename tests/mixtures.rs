@@ -117,7 +117,7 @@ fn three_mixtures_of_two_token_stores_tokenize_nothing_and_keep_each_share_withi
         ("mostly-letters", "seed = 2".to_string(), ["entry = \"letters\"", "entry = \"digits\""], [0.8, 0.2], 32),
         (
             "digits-twice",
-            format!("seed = 3\ntotal_tokens = {}", 2 * digits_total),
+            format!("seed = 3\ntotal_tokens = {{ train = {} }}", 2 * digits_total),
             ["spec = \"letters.toml\"", "entry = \"digits\""],
             [0.3, 0.7],
             48,
@@ -216,6 +216,49 @@ fn a_tokenizer_mismatch_and_a_short_component_are_errors_that_name_them() {
     assert_eq!(output.status.code(), Some(1), "{}", describe(&output));
     assert!(stderr.contains("entry digits is short") && stderr.contains("25000000 are needed"), "{stderr}");
     assert!(stderr.contains("2 epoch(s)") && stderr.contains("max_epochs"), "{stderr}");
+
+    // The same tokenizer, but documents without EOS: rows would run one component's documents together.
+    let bare = "name = \"bare\"\n[splits]\ntrain = [\"digits/*.jsonl\"]\n[tokenizer]\nbuiltin = \"gpt2\"\nensure_bos_eos = false\n";
+    env.write("bare.toml", bare);
+    let components = [("spec = \"letters.toml\"", 1.0), ("spec = \"bare.toml\"", 1.0)];
+    let spec = env.write("bare-mix.toml", mixture_text("bare-mix", "", &components, ""));
+    let output = env.run(&["prepare", spec.to_str().unwrap()]);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{}", describe(&output));
+    assert!(stderr.contains("spec bare.toml") && stderr.contains("different special tokens"), "{stderr}");
+}
+
+#[test]
+fn a_store_file_others_may_write_is_copied_into_a_mixture_not_linked() {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let env = TestEnv::new();
+    two_components(&env);
+    let store = |name: &str| {
+        let view = read_manifest(&env.cache().join("by-name").join(name));
+        env.cache().join("entries").join(&view["token_store"]["fingerprint"].as_str().unwrap()[..16])
+    };
+    // The digits store's files writable by the group: linking them would let the group change the mixture.
+    let digits = store("digits");
+    for file in walkdir::WalkDir::new(digits.join("tokens")).into_iter().flatten().filter(|f| f.file_type().is_file()) {
+        std::fs::set_permissions(file.path(), std::fs::Permissions::from_mode(0o664)).unwrap();
+    }
+    let components = [("entry = \"letters\"", 1.0), ("entry = \"digits\"", 1.0)];
+    let view = "[output]\nformats = [\"megatron\"]\n";
+    let spec = env.write("mix.toml", mixture_text("mix", "", &components, view));
+    let entry = PathBuf::from(env.prepare(&spec, &[])["entry"].as_str().unwrap());
+    let megatron = entry.join("megatron/train");
+    let links = |prefix: &str| -> Vec<u64> {
+        let mut files: Vec<PathBuf> = std::fs::read_dir(&megatron).unwrap().flatten().map(|e| e.path()).collect();
+        files.retain(|path| path.file_name().unwrap().to_str().unwrap().starts_with(prefix));
+        files.iter().map(|path| std::fs::metadata(path).unwrap().nlink()).collect()
+    };
+    assert!(links("c0-").iter().all(|&count| count > 1), "the letters store's own files are linked");
+    assert!(links("c1-").iter().all(|&count| count == 1), "the group-writable files are copied");
+    assert_eq!(
+        std::fs::read(megatron.join("c1-000000.bin")).unwrap(),
+        std::fs::read(digits.join("tokens/train/000000.bin")).unwrap()
+    );
+    env.run_ok(&["verify", entry.file_name().unwrap().to_str().unwrap()]);
 }
 
 #[test]

@@ -58,8 +58,10 @@ pub struct Manifest {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct MixtureRecord {
     pub seed: u64,
-    /// The tokens asked for per split; none: as many as one epoch of each allows.
-    pub total_tokens: Option<u64>,
+    /// The document tokens asked of each split that has a total; the others hold
+    /// as many as need no repetition.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub total_tokens: BTreeMap<String, u64>,
     pub components: Vec<ComponentRecord>,
 }
 

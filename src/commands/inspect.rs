@@ -23,10 +23,22 @@ pub fn megatron_args(cache: &CacheLayout, entry: &str, split: Option<&str>) -> a
         out!("{}", arguments.join(" "))?;
         return Ok(());
     }
-    let per_split: BTreeMap<&str, &Vec<String>> = splits
-        .iter()
-        .filter_map(|(split, arguments)| Some((megatron_args::megatron_split(split)?, arguments)))
-        .collect();
+    let mut per_split: BTreeMap<&str, (&String, &Vec<String>)> = BTreeMap::new();
+    for (split, arguments) in &splits {
+        let Some(name) = megatron_args::megatron_split(split) else { continue };
+        if let Some((other, _)) = per_split.insert(name, (split, arguments)) {
+            anyhow::bail!(super::UserError(format!(
+                "splits {other:?} and {split:?} are both Megatron's {name:?}; name one with --split"
+            )));
+        }
+    }
+    if per_split.is_empty() {
+        let has: Vec<&String> = splits.keys().collect();
+        anyhow::bail!(super::UserError(format!(
+            "entry {entry} has no split Megatron names train, validation or test (it has {has:?}); name one with --split"
+        )));
+    }
+    let per_split: BTreeMap<&str, &Vec<String>> = per_split.into_iter().map(|(name, (_, args))| (name, args)).collect();
     out!("{}", serde_json::to_string_pretty(&per_split)?)?;
     Ok(())
 }
@@ -131,8 +143,9 @@ fn print_rows(inspection: &Inspection) -> std::io::Result<()> {
 
 /// A mixture's components: each one's token store, weight, and what it gave each split.
 fn print_mixture(mixture: &MixtureRecord) -> std::io::Result<()> {
-    let total = mixture.total_tokens.map_or("one epoch of the shortest".to_string(), |tokens| tokens.to_string());
-    out!("mixture     seed {}, tokens per split: {total}", mixture.seed)?;
+    let totals: Vec<String> = mixture.total_tokens.iter().map(|(split, tokens)| format!("{split} {tokens}")).collect();
+    let totals = if totals.is_empty() { "none".to_string() } else { totals.join(", ") };
+    out!("mixture     seed {}; tokens asked: {totals} (other splits: as many as repeat nothing)", mixture.seed)?;
     out!(
         "  {:<28} {:<16} {:>8} {:<10} {:>14} {:>14} {:>7} {:>9}",
         "component",

@@ -10,7 +10,7 @@
 
 pub mod spec;
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 
 use serde_json::json;
@@ -24,10 +24,9 @@ use crate::errors::{Failure, Fault, IoError};
 use crate::fingerprint::{Fingerprint, mixture_fingerprint};
 use crate::prepare::{self, Located, PrepareError, PrepareOptions, TokenStoreOutcome};
 use crate::spec::{Spec, SpecError, view_canonical};
-use crate::view::interleave::Total;
 use crate::view::{self, Mixing, Recipe, Source, ViewError};
 
-pub use spec::{AnySpec, MixtureSpec};
+pub use spec::{AnySpec, MixtureSpec, TotalTokens};
 
 #[derive(Debug, thiserror::Error)]
 pub enum MixtureError {
@@ -58,6 +57,19 @@ pub enum MixtureError {
     MissingSplit { name: String, split: String, has: String },
     #[error("the mixture's components share no split; name them the same or list the splits to mix in mix.splits")]
     NoSharedSplit,
+    #[error("mix.total_tokens names split {split:?}, which is not mixed (the mixed splits: {mixed})")]
+    UnknownTotal { split: String, mixed: String },
+    #[error(
+        "mixture components {first} ({first_tokens}) and {second} ({second_tokens}) add different special tokens \
+         to their documents; tokenize them with the same [tokenizer] bos_token, eos_token and ensure_bos_eos"
+    )]
+    SpecialTokens { first: String, first_tokens: String, second: String, second_tokens: String },
+    #[error("mixture component {name}: {source}; prepare that entry first, or name its spec (spec = \"FILE\")")]
+    EntryNotFound {
+        name: String,
+        #[source]
+        source: LookupError,
+    },
     #[error(
         "mixture components {first} and {second} are the same token store {store}; list it once with the sum of their weights"
     )]
@@ -108,6 +120,8 @@ enum Origin {
 /// A mixture spec resolved to its components and its fingerprint.
 pub struct LocatedMixture {
     pub fingerprint: Fingerprint,
+    /// What the fingerprint covers; the manifest's `spec`.
+    pub canonical: serde_json::Value,
     pub components: Vec<Component>,
 }
 
@@ -120,16 +134,18 @@ pub fn locate(mixture: &MixtureSpec, cache: &CacheLayout) -> Result<LocatedMixtu
         let name = component.name();
         let resolved = match (&component.spec, &component.entry) {
             (Some(path), _) => {
-                let spec = Spec::load(&mixture.resolve(path))?;
+                let spec = match AnySpec::load(&mixture.resolve(path))? {
+                    AnySpec::Pipeline(spec) => spec,
+                    AnySpec::Mixture(_) => {
+                        let problem =
+                            "is a mixture spec; a component is a token store: list its components here instead";
+                        return Err(MixtureError::NotAStore { name, problem: problem.into() });
+                    }
+                };
                 let located = prepare::locate(&spec, cache)
                     .map_err(|source| MixtureError::Component { name: name.clone(), source: Box::new(source) })?;
                 let tokenizer = located.tokenizer_identity.to_hex().to_string();
-                Component {
-                    name,
-                    store: located.tokens,
-                    tokenizer,
-                    origin: Origin::Spec(Box::new(spec), Box::new(located)),
-                }
+                Component { name, store: located.tokens, tokenizer, origin: Origin::Spec(spec, Box::new(located)) }
             }
             (None, Some(entry)) => {
                 let store = entry_store(cache, &name, entry)?;
@@ -171,7 +187,7 @@ pub fn locate(mixture: &MixtureSpec, cache: &CacheLayout) -> Result<LocatedMixtu
         })
         .collect();
     let canonical = canonical(mixture, canonical_components);
-    Ok(LocatedMixture { fingerprint: mixture_fingerprint(&canonical), components })
+    Ok(LocatedMixture { fingerprint: mixture_fingerprint(&canonical), canonical, components })
 }
 
 /// The mixture's canonical form: what its fingerprint covers, and its manifest's `spec`.
@@ -182,7 +198,7 @@ fn canonical(mixture: &MixtureSpec, components: Vec<serde_json::Value>) -> serde
             "mix".into(),
             json!({
                 "seed": mixture.mix.seed,
-                "total_tokens": mixture.mix.total_tokens,
+                "total_tokens": mixture.mix.total_tokens.as_ref().map(TotalTokens::canonical),
                 "splits": mixture.mix.splits,
                 "components": components,
             }),
@@ -197,7 +213,13 @@ fn short_hex(hash: &str) -> String {
 
 /// The token store a prepared entry is, or was derived from.
 fn entry_store(cache: &CacheLayout, name: &str, entry: &str) -> Result<Manifest, MixtureError> {
-    let manifest = lookup::find_named_entry(cache, entry)?;
+    let manifest = match lookup::find_named_entry(cache, entry) {
+        Ok(manifest) => manifest,
+        Err(source @ LookupError::NoEntry { .. }) => {
+            return Err(MixtureError::EntryNotFound { name: name.to_string(), source });
+        }
+        Err(err) => return Err(err.into()),
+    };
     let not_a_store = |problem: &str| MixtureError::NotAStore { name: name.to_string(), problem: problem.to_string() };
     match (manifest.kind, &manifest.token_store) {
         (EntryKind::Tokens, _) => Ok(manifest),
@@ -241,6 +263,10 @@ pub fn prepare(
     prepare::open_cache(cache)?;
     let mut located = locate(mixture, cache)?;
     if let Some((entry, manifest)) = prepare::published(cache, &located.fingerprint)? {
+        // Its token stores are in use too: the next mixture of them needs them.
+        for component in &located.components {
+            prepare::mark_used(cache, &component.store.short());
+        }
         return use_published(cache, mixture, PreparedMixture { entry, manifest, built: false, stores: Vec::new() });
     }
     // From before each token store is looked for until the mixture is made of them.
@@ -251,26 +277,27 @@ pub fn prepare(
         _leases.push(lease);
     }
     let (manifests, stores) = component_stores(cache, options, &mut located)?;
+    check_special_tokens(&located.components, &manifests)?;
     let splits = mixed_splits(mixture, &located.components, &manifests)?;
     let mixing = Mixing {
         stores: manifests.iter().collect(),
         names: located.components.iter().map(|component| component.name.clone()).collect(),
-        components: mixture.mix.components.iter().map(|component| (component.weight, component.max_epochs)).collect(),
-        total: mixture.mix.total_tokens.map_or(Total::NoRepetition, Total::Tokens),
+        // The weights the fingerprint covers: the same fingerprint, the same bytes.
+        components: mixture
+            .mix
+            .components
+            .iter()
+            .map(|component| (component.weight / sum_of_weights(mixture), component.max_epochs))
+            .collect(),
+        totals: totals(mixture, &splits)?,
         seed: mixture.mix.seed,
         splits,
     };
-    let components: Vec<serde_json::Value> = located
-        .components
-        .iter()
-        .zip(&mixture.mix.components)
-        .map(|(resolved, component)| json!({"name": resolved.name, "token_store": resolved.store.full(), "weight": component.weight}))
-        .collect();
     let recipe = Recipe {
         name: &mixture.name,
         sequence: &mixture.sequence,
         output: &mixture.output,
-        canonical: canonical(mixture, components),
+        canonical: located.canonical.clone(),
     };
     let tokenize_seconds = stores.iter().map(|(_, outcome)| outcome.tokenize_seconds).sum();
     let making = view::Making {
@@ -283,6 +310,47 @@ pub fn prepare(
     let derived = view::derive(cache, &recipe, &Source::Mixture(&mixing), &making)?;
     let prepared = PreparedMixture { entry: derived.entry, manifest: derived.manifest, built: derived.built, stores };
     use_published(cache, mixture, prepared)
+}
+
+fn sum_of_weights(mixture: &MixtureSpec) -> f64 {
+    mixture.mix.components.iter().map(|component| component.weight).sum()
+}
+
+/// Each mixed split's total, where one is asked; a total for a split not mixed is
+/// a typo to point out.
+fn totals(mixture: &MixtureSpec, splits: &[String]) -> Result<BTreeMap<String, u64>, MixtureError> {
+    if let Some(TotalTokens::PerSplit(counts)) = &mixture.mix.total_tokens
+        && let Some(unknown) = counts.keys().find(|split| !splits.contains(split))
+    {
+        return Err(MixtureError::UnknownTotal { split: unknown.clone(), mixed: splits.join(", ") });
+    }
+    let Some(total) = &mixture.mix.total_tokens else { return Ok(BTreeMap::new()) };
+    Ok(splits.iter().filter_map(|split| Some((split.clone(), total.of(split)?))).collect())
+}
+
+/// Components' stores must agree on the special tokens rows are made with: where
+/// documents end (EOS), start (BOS), and what pads a row.
+fn check_special_tokens(components: &[Component], manifests: &[Manifest]) -> Result<(), MixtureError> {
+    let settings = |manifest: &Manifest| {
+        let tokenizer = &manifest.tokenizer;
+        (tokenizer.bos_id, tokenizer.eos_id, tokenizer.pad_id)
+    };
+    let first = settings(&manifests[0]);
+    for (component, manifest) in components.iter().zip(manifests).skip(1) {
+        let other = settings(manifest);
+        if other != first {
+            let describe = |(bos, eos, pad): (Option<u32>, Option<u32>, Option<u32>)| {
+                format!("BOS {bos:?}, EOS {eos:?}, pad {pad:?}")
+            };
+            return Err(MixtureError::SpecialTokens {
+                first: components[0].name.clone(),
+                first_tokens: describe(first),
+                second: component.name.clone(),
+                second_tokens: describe(other),
+            });
+        }
+    }
+    Ok(())
 }
 
 /// Each component's token store's manifest, and what became of it, by name.

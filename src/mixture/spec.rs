@@ -5,7 +5,7 @@
 //! name = "pile-mix-a"
 //! [mix]
 //! seed = 1234
-//! total_tokens = "20B"      # per split; without it, as many as needs no repetition
+//! total_tokens = "20B"      # each split's; or { train = "20B" }; without: no repetition
 //! [[mix.components]]
 //! spec = "pile-cc.toml"
 //! weight = 0.6
@@ -17,6 +17,7 @@
 //! seq_len = 2048
 //! ```
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Deserializer};
@@ -44,9 +45,10 @@ pub struct MixSpec {
     /// Orders each component's rows, a new order every epoch.
     #[serde(default)]
     pub seed: u64,
-    /// Document tokens per mixed split, e.g. `"20B"`.
-    #[serde(default, deserialize_with = "deserialize_count")]
-    pub total_tokens: Option<u64>,
+    /// Document tokens of each mixed split (`"20B"`), or of the splits named
+    /// (`{ train = "20B" }`; the others as many as need no repetition).
+    #[serde(default)]
+    pub total_tokens: Option<TotalTokens>,
     /// The splits to mix; every split all components have when not given.
     pub splits: Option<Vec<String>>,
     pub components: Vec<ComponentSpec>,
@@ -61,6 +63,74 @@ pub struct ComponentSpec {
     pub entry: Option<String>,
     pub weight: f64,
     pub max_epochs: Option<u64>,
+}
+
+/// `total_tokens`: one count for every mixed split, or a count per split.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TotalTokens {
+    Every(u64),
+    PerSplit(BTreeMap<String, u64>),
+}
+
+impl TotalTokens {
+    /// The total of `split`, if it has one.
+    pub fn of(&self, split: &str) -> Option<u64> {
+        match self {
+            TotalTokens::Every(count) => Some(*count),
+            TotalTokens::PerSplit(counts) => counts.get(split).copied(),
+        }
+    }
+
+    /// For the fingerprint and the manifest.
+    pub fn canonical(&self) -> serde_json::Value {
+        match self {
+            TotalTokens::Every(count) => serde_json::json!(count),
+            TotalTokens::PerSplit(counts) => serde_json::json!(counts),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for TotalTokens {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Given {
+            Count(Count),
+            PerSplit(BTreeMap<String, Count>),
+            Other(toml::Value),
+        }
+        let count = |count: Count| count.value().map_err(serde::de::Error::custom);
+        match Given::deserialize(deserializer)? {
+            Given::Count(one) => Ok(TotalTokens::Every(count(one)?)),
+            Given::PerSplit(counts) => {
+                let counts =
+                    counts.into_iter().map(|(split, one)| Ok((split, count(one)?))).collect::<Result<_, _>>()?;
+                Ok(TotalTokens::PerSplit(counts))
+            }
+            Given::Other(other) => Err(serde::de::Error::custom(format!(
+                "invalid total_tokens {other}; write a count (20000000000, \"20B\") or a count per split ({{ train = \"20B\" }})"
+            ))),
+        }
+    }
+}
+
+/// A token count as given: a whole number, or text with a decimal suffix.
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum Count {
+    Number(u64),
+    Text(String),
+}
+
+impl Count {
+    fn value(self) -> Result<u64, String> {
+        match self {
+            Count::Number(count) => Ok(count),
+            Count::Text(text) => parse_count(&text).ok_or_else(|| {
+                format!("invalid token count {text:?}; write a number or e.g. \"500M\", \"20B\", \"1.5T\"")
+            }),
+        }
+    }
 }
 
 impl ComponentSpec {
@@ -138,11 +208,29 @@ impl MixtureSpec {
                 return Err(format!("mix.components[{which}].max_epochs must be at least 1"));
             }
         }
-        if self.mix.total_tokens == Some(0) {
+        let sum: f64 = self.mix.components.iter().map(|component| component.weight).sum();
+        if !sum.is_finite() {
+            return Err("mix.components' weights are too large to add up; scale them down".into());
+        }
+        let totals = match &self.mix.total_tokens {
+            Some(TotalTokens::Every(count)) => vec![*count],
+            Some(TotalTokens::PerSplit(counts)) => counts.values().copied().collect(),
+            None => Vec::new(),
+        };
+        if totals.contains(&0) {
             return Err("mix.total_tokens must be at least 1".into());
         }
-        for split in self.mix.splits.iter().flatten() {
-            check_component("split name", split)?;
+        if let Some(splits) = &self.mix.splits {
+            if splits.is_empty() {
+                return Err("mix.splits is empty: name at least one split to mix, or leave it out".into());
+            }
+            let mut seen = BTreeSet::new();
+            for split in splits {
+                check_component("split name", split)?;
+                if !seen.insert(split) {
+                    return Err(format!("mix.splits names {split:?} twice"));
+                }
+            }
         }
         if self.sequence.shuffle_seed.is_some() {
             return Err(
@@ -160,25 +248,6 @@ impl MixtureSpec {
     pub fn resolve(&self, path: &Path) -> PathBuf {
         if path.is_absolute() { path.to_path_buf() } else { self.base_dir.join(path) }
     }
-}
-
-/// A token count: a number, or text with a decimal suffix (`"500M"`, `"20B"`, `"1.5T"`).
-fn deserialize_count<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<u64>, D::Error> {
-    #[derive(Deserialize)]
-    #[serde(untagged)]
-    enum Count {
-        Number(u64),
-        Text(String),
-    }
-    let text = match Count::deserialize(deserializer)? {
-        Count::Number(count) => return Ok(Some(count)),
-        Count::Text(text) => text,
-    };
-    parse_count(&text).map(Some).ok_or_else(|| {
-        serde::de::Error::custom(format!(
-            "invalid token count {text:?}; write a number or e.g. \"500M\", \"20B\", \"1.5T\""
-        ))
-    })
 }
 
 fn parse_count(text: &str) -> Option<u64> {
@@ -220,7 +289,7 @@ max_epochs = 4
     #[test]
     fn a_mixture_spec_reads_its_components_and_counts() {
         let mix = parse(MIX).unwrap();
-        assert_eq!(mix.mix.total_tokens, Some(1_500_000));
+        assert_eq!(mix.mix.total_tokens, Some(TotalTokens::Every(1_500_000)));
         assert_eq!(mix.mix.components[1].max_epochs, Some(4));
         assert_eq!(mix.mix.components[0].name(), "spec a.toml");
         assert_eq!(mix.resolve(Path::new("a.toml")), PathBuf::from("/data/a.toml"));
@@ -235,6 +304,10 @@ max_epochs = 4
         assert_eq!(parse_count("lots"), None);
         let err = parse(&MIX.replace("\"1.5M\"", "\"many\"")).unwrap_err().to_string();
         assert!(err.contains("invalid token count") && err.contains("line"), "{err}");
+        let per_split = parse(&MIX.replace("\"1.5M\"", "{ train = \"2k\" }")).unwrap().mix.total_tokens.unwrap();
+        assert_eq!((per_split.of("train"), per_split.of("validation")), (Some(2000), None));
+        let err = parse(&MIX.replace("\"1.5M\"", "-3")).unwrap_err().to_string();
+        assert!(err.contains("invalid total_tokens") && err.contains("per split"), "{err}");
     }
 
     #[test]
@@ -245,6 +318,9 @@ max_epochs = 4
             (MIX.replace("max_epochs = 4", "max_epochs = 0"), "max_epochs"),
             (format!("{MIX}\n[sequence]\nshuffle_seed = 1\n"), "mix.seed"),
             (MIX.replace("seed = 3", "seed = 3\nweights = 1"), "weights"),
+            (MIX.replace("seed = 3", "seed = 3\nsplits = [\"train\", \"train\"]"), "twice"),
+            (MIX.replace("seed = 3", "seed = 3\nsplits = []"), "empty"),
+            (MIX.replace("weight = 0.6", "weight = 1e308").replace("weight = 0.4", "weight = 1e308"), "too large"),
         ];
         for (text, named) in refused {
             let err = parse(&text).unwrap_err().to_string();

@@ -19,7 +19,7 @@ use crate::fsutil;
 use crate::spec::PackMode;
 use crate::tokenizer::{SpecialTokens, reader_files};
 
-use super::interleave::{Total, Used};
+use super::interleave::Used;
 use super::rows::PlanStats;
 use super::store::TokenStore;
 use super::{Making, Mixing, Recipe, SplitOutput, ViewError, blend};
@@ -64,7 +64,11 @@ pub fn assemble(
         for store in stores {
             let store_split = &store.manifest.splits[&split];
             record.inputs.extend(store_split.inputs.iter().cloned());
-            record.counts.add(&store_split.counts);
+            // A mixture takes part of a store, or more than all of it: the store's
+            // document counts are not its own (`mixture` records each component's use).
+            if mixing.is_none() {
+                record.counts.add(&store_split.counts);
+            }
         }
         record.counts = Counts {
             rows: output.units.iter().map(|unit| unit.rows).sum(),
@@ -119,11 +123,7 @@ fn mixture_record(mixing: &Mixing, uses: &[(String, Vec<Used>)]) -> MixtureRecor
             }
         })
         .collect();
-    let total_tokens = match mixing.total {
-        Total::Tokens(tokens) => Some(tokens),
-        Total::NoRepetition => None,
-    };
-    MixtureRecord { seed: mixing.seed, total_tokens, components }
+    MixtureRecord { seed: mixing.seed, total_tokens: mixing.totals.clone(), components }
 }
 
 /// Hard-links a split's Arrow parts into the assembly under their `datasets`

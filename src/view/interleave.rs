@@ -91,6 +91,9 @@ pub fn interleave(plan: &Plan, components: &[Component], total: Total, seed: u64
     let mut passes: Vec<Pass> = components.iter().map(|_| Pass::default()).collect();
     let (mut order, mut taken) = (Vec::new(), 0u64);
     loop {
+        if matches!(total, Total::Tokens(total) if taken >= total) {
+            break;
+        }
         let due = |d: usize| (used[d].tokens_used as f64) < weights[d] * (taken as f64 + longest);
         let any_due = (0..components.len()).any(due);
         let deadline = |d: usize| (used[d].tokens_used as f64 + longest * (1.0 - mu)) / weights[d];
@@ -108,7 +111,12 @@ pub fn interleave(plan: &Plan, components: &[Component], total: Total, seed: u64
                 Total::NoRepetition => break,
                 Total::Tokens(total) => {
                     let tokens_needed = (weights[d] * total as f64).ceil() as u64;
-                    let Used { tokens_available, epochs, .. } = used[d];
+                    let Used { tokens_available, tokens_used, epochs, .. } = used[d];
+                    // Run out within a row of its share: the mixture ends here, short of
+                    // the total by less than a row. Further short, its weight cannot be met.
+                    if tokens_used as f64 + longest >= tokens_needed as f64 {
+                        break;
+                    }
                     return Err(Short { component: d, tokens_available, epochs, tokens_needed });
                 }
             }
@@ -234,6 +242,14 @@ mod tests {
         let (plan, ranges) = plan_of(&[vec![2; 100], vec![2; 10]]);
         let err = interleave(&plan, &components(&[0.5, 0.5], &ranges, Some(2)), Total::Tokens(100), 0).unwrap_err();
         assert_eq!(err, Short { component: 1, tokens_available: 20, epochs: 2, tokens_needed: 50 });
+    }
+
+    #[test]
+    fn a_total_that_uses_every_row_exactly_is_no_shortage() {
+        let (plan, ranges) = plan_of(&[vec![2; 10], vec![2; 10]]);
+        let mixed = interleave(&plan, &components(&[0.5, 0.5], &ranges, Some(1)), Total::Tokens(40), 0).unwrap();
+        assert_eq!(mixed.order.len(), 20);
+        assert_eq!((mixed.used[0].tokens_used, mixed.used[1].tokens_used), (20, 20));
     }
 
     #[test]

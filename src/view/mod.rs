@@ -29,6 +29,7 @@ pub mod shuffle;
 mod store;
 mod write;
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -86,7 +87,8 @@ pub enum ViewError {
     )]
     ShortComponent { name: String, split: String, available: u64, needed: u64, epochs: u64 },
     #[error(
-        "mixture component {name} has no rows in split {split:?} at this packing (its documents are too few for one row)"
+        "mixture component {name} has no rows in split {split:?} at this packing (its documents are too few for one row); \
+         lower sequence.seq_len, use pack = \"best_fit\", or leave the split out with mix.splits"
     )]
     EmptyComponent { name: String, split: String },
 }
@@ -146,10 +148,18 @@ pub struct Mixing<'a> {
     pub names: Vec<String>,
     /// Weights (any positive scale) and epoch caps, in the same order.
     pub components: Vec<(f64, Option<u64>)>,
-    pub total: Total,
+    /// The document tokens asked of each split that has a total; the others hold
+    /// as many as need no repetition.
+    pub totals: BTreeMap<String, u64>,
     pub seed: u64,
     /// The splits mixed: each component has them all.
     pub splits: Vec<String>,
+}
+
+impl Mixing<'_> {
+    fn total(&self, split: &str) -> Total {
+        self.totals.get(split).map_or(Total::NoRepetition, |tokens| Total::Tokens(*tokens))
+    }
 }
 
 impl Source<'_> {
@@ -431,15 +441,13 @@ fn derive_mixed_split(
             return Err(ViewError::EmptyComponent { name: name.clone(), split: split.to_string() });
         }
     }
-    let Interleaved { order, used } =
-        interleave::interleave(&plan, &components, mixing.total, mixing.seed).map_err(|short| {
-            ViewError::ShortComponent {
-                name: mixing.names[short.component].clone(),
-                split: split.to_string(),
-                available: short.tokens_available,
-                needed: short.tokens_needed,
-                epochs: short.epochs,
-            }
+    let Interleaved { order, used } = interleave::interleave(&plan, &components, mixing.total(split), mixing.seed)
+        .map_err(|short| ViewError::ShortComponent {
+            name: mixing.names[short.component].clone(),
+            split: split.to_string(),
+            available: short.tokens_available,
+            needed: short.tokens_needed,
+            epochs: short.epochs,
         })?;
     let units = plan
         .runs_in(&order, UNIT_TOKENS)
@@ -453,8 +461,7 @@ fn derive_mixed_split(
         stats.tokens += plan.pieces_of(row).iter().map(|piece| u64::from(piece.len)).sum::<u64>();
         stats.padding += u64::from(row.padding);
     }
-    stats.documents_split = plan.stats.documents_split;
-    stats.remainder = plan.stats.remainder;
-    stats.truncated = plan.stats.truncated;
+    // What packing left out of whole stores (remainders, cut tails, split documents)
+    // is no count of the rows a mixture took: it counts its rows' tokens and padding only.
     Ok(SplitOutput { units, stats, used: Some(used) })
 }

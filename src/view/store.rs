@@ -103,31 +103,50 @@ impl<'a> TokenStore<'a> {
         })
     }
 
-    /// Puts the store's file `relative` at `target` (a new path in an assembly): a
-    /// hard link to it, or, where the file system refuses one (another user's file
-    /// under `protected_hardlinks`), a copy checked against the manifest. Returns
-    /// the store's record of it.
+    /// Puts the store's file `relative` at `target` (a new path in an assembly) and
+    /// checks it against the store's manifest. A hard link where the file is this
+    /// user's and no one else may write it (then no one can change it under the
+    /// entry that links it); a copy otherwise, or where the file system refuses a
+    /// link. Returns the store's record of it.
     pub fn place(&self, relative: &str, target: &Path) -> Result<&'a WrittenFile, ViewError> {
         use std::os::unix::fs::MetadataExt;
         let record = self.record(relative)?;
         let file = self.dir.open_file(relative).map_err(|err| self.unreadable(relative, err))?;
         let opened = file.metadata().map_err(|err| self.unreadable(relative, err))?;
         let writing = IoError::at("writing", target);
+        let ours = opened.uid() == rustix::process::geteuid().as_raw() && opened.mode() & 0o022 == 0;
         // Linked by path, then checked to be the very file opened without following
         // symlinks: a link to anything else is undone and the file copied instead.
-        if std::fs::hard_link(self.dir.display_path(relative), target).is_ok() {
+        if ours && std::fs::hard_link(self.dir.display_path(relative), target).is_ok() {
             let linked = std::fs::symlink_metadata(target).map_err(&writing)?;
             if linked.is_file() && (linked.dev(), linked.ino()) == (opened.dev(), opened.ino()) {
+                let hash = crate::fsutil::blake3_of_reader(&file).map_err(|err| self.unreadable(relative, err))?;
+                self.check(relative, record, opened.len(), hash)?;
                 return Ok(record);
             }
             std::fs::remove_file(target).map_err(&writing)?;
         }
-        let mut copy = std::fs::File::create_new(target).map_err(&writing)?;
-        let size = std::io::copy(&mut &file, &mut copy).map_err(|err| self.unreadable(relative, err))?;
-        copy.sync_all().map_err(&writing)?;
-        let hash = crate::fsutil::blake3_of_file(target).map_err(&writing)?;
-        self.check(relative, record, size, hash)?;
+        self.copy_checked(relative, &file, record, target)?;
         Ok(record)
+    }
+
+    /// Copies the open store file to `target`, hashing what it read.
+    fn copy_checked(&self, relative: &str, file: &File, record: &WrittenFile, target: &Path) -> Result<(), ViewError> {
+        use std::io::{Read, Write};
+        let writing = IoError::at("writing", target);
+        let mut copy = std::fs::File::create_new(target).map_err(&writing)?;
+        let (mut hasher, mut size, mut block) = (blake3::Hasher::new(), 0u64, vec![0u8; 1 << 20]);
+        loop {
+            let read = (&*file).read(&mut block).map_err(|err| self.unreadable(relative, err))?;
+            if read == 0 {
+                break;
+            }
+            hasher.update(&block[..read]);
+            copy.write_all(&block[..read]).map_err(&writing)?;
+            size += read as u64;
+        }
+        copy.sync_all().map_err(&writing)?;
+        self.check(relative, record, size, hasher.finalize())
     }
 
     /// A small file of the store, read whole (at most `max_bytes`) and checked.

@@ -95,7 +95,7 @@ complete -c ferry -n "__fish_ferry_using_subcommand inspect" -l split -d 'The sp
 complete -c ferry -n "__fish_ferry_using_subcommand inspect" -l rows -d 'How many rows to decode' -r
 complete -c ferry -n "__fish_ferry_using_subcommand inspect" -l cache -d 'Cache root [default: $FERRY_CACHE, else $SCRATCH/ferry, else ~/.cache/ferry]' -r -F
 complete -c ferry -n "__fish_ferry_using_subcommand inspect" -l json -d 'Print JSON: the counts, the histograms and the rows\' ids and text'
-complete -c ferry -n "__fish_ferry_using_subcommand inspect" -l megatron-args -d 'Print Megatron\'s data arguments for the entry where it lies (use --cache DEST for a staged copy): with --split, the `--data-path` weights and prefixes; else a JSON for `--per-split-data-args-path`'
+complete -c ferry -n "__fish_ferry_using_subcommand inspect" -l megatron-args -d 'Print Megatron\'s data arguments for the entry where it lies (use --cache DEST for a staged copy): with --split, the `--data-path` weights and prefixes, separated by spaces (a path with spaces needs the JSON); else a JSON for `--per-split-data-args-path`'
 complete -c ferry -n "__fish_ferry_using_subcommand inspect" -s v -l verbose -d 'More log output (-v: debug, -vv: trace). RUST_LOG overrides'
 complete -c ferry -n "__fish_ferry_using_subcommand inspect" -s q -l quiet -d 'Only errors on stderr, no progress'
 complete -c ferry -n "__fish_ferry_using_subcommand inspect" -s h -l help -d 'Print help'
