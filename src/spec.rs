@@ -339,7 +339,7 @@ impl Spec {
         if self.source.text_field.is_empty() {
             return Err("source.text_field is empty".into());
         }
-        self.output.formats.check(self.output.token_type).map_err(|err| err.to_string())?;
+        self.output.formats.check(self.output.token_type, self.sequence.pack).map_err(|err| err.to_string())?;
         Ok(())
     }
 
@@ -439,8 +439,17 @@ pub fn check_sequence(sequence: &SequenceSpec, output: &OutputSpec) -> Result<()
 }
 
 /// What an entry holds beside its split folders: a split may not be named so.
-const RESERVED_ENTRY_NAMES: &[&str] =
-    &["dataset_dict.json", "manifest.json", "tokenizer.json", "tokenizer_config.json", "megatron", "flat"];
+const RESERVED_ENTRY_NAMES: &[&str] = &[
+    "dataset_dict.json",
+    "manifest.json",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "megatron",
+    "flat",
+    "nanotron",
+    "olmo",
+    "modded_nanogpt",
+];
 
 /// Names become path components: keep them to a safe alphabet.
 pub fn check_component(what: &str, value: &str) -> Result<(), String> {
@@ -466,6 +475,13 @@ pub enum Format {
     Megatron,
     /// `flat/<split>.bin` with `<split>.offsets.npy` and `<split>.json`.
     Flat,
+    /// nanotron's (datatrove's) `nanotron/<split>/000_<split>.ds`, `.ds.index`, `.ds.metadata`.
+    Nanotron,
+    /// OLMo-core's headerless `olmo/<split>.npy` (and `.mask.npy` for padded rows).
+    Olmo,
+    /// modded-nanogpt's `modded_nanogpt/<split>_<n>.bin` shards.
+    #[serde(rename = "modded_nanogpt")]
+    ModdedNanogpt,
 }
 
 /// A combination of formats and token type that a reader cannot load.
@@ -476,6 +492,21 @@ pub enum FormatsError {
          set output.token_type = \"int32\" (or \"uint16\" for vocabularies under 65536)"
     )]
     MegatronUint32,
+    #[error(
+        "output.formats has \"nanotron\", whose reader takes windows of seq_len + 1 tokens and trains on every one, \
+         so it needs pack = \"concat\" (pack = \"{0}\" makes rows it would cut across or train on padding of)"
+    )]
+    NanotronPack(&'static str),
+    #[error(
+        "output.formats has \"olmo\", whose NumpyFSLDataset reads instances of one length: use pack = \"concat\" or \"best_fit\", \
+         not \"{0}\""
+    )]
+    OlmoPack(&'static str),
+    #[error(
+        "output.formats has \"modded_nanogpt\", whose loader finds documents by <|endoftext|> and cannot skip padding, \
+         so it needs pack = \"concat\", \"truncate\" or \"none\", not \"best_fit\""
+    )]
+    ModdedNanogptPadding,
 }
 
 impl Failure for FormatsError {
@@ -517,6 +548,15 @@ impl Formats {
         self.extra.contains(&Format::Flat)
     }
 
+    pub fn has(&self, format: Format) -> bool {
+        self.extra.contains(&format)
+    }
+
+    /// Formats written from each row's documents (the units record their pieces).
+    pub fn reads_documents(&self) -> bool {
+        self.has(Format::Nanotron) || self.has(Format::Olmo)
+    }
+
     /// Whether any format beyond the Arrow files is asked for.
     pub fn any_extra(&self) -> bool {
         !self.extra.is_empty()
@@ -528,9 +568,18 @@ impl Formats {
     }
 
     /// Refuses combinations a reader cannot load.
-    pub fn check(&self, token_type: TokenType) -> Result<(), FormatsError> {
+    pub fn check(&self, token_type: TokenType, pack: PackMode) -> Result<(), FormatsError> {
         if self.megatron() && token_type == TokenType::Uint32 {
             return Err(FormatsError::MegatronUint32);
+        }
+        if self.has(Format::Nanotron) && pack != PackMode::Concat {
+            return Err(FormatsError::NanotronPack(pack.name()));
+        }
+        if self.has(Format::Olmo) && !matches!(pack, PackMode::Concat | PackMode::BestFit) {
+            return Err(FormatsError::OlmoPack(pack.name()));
+        }
+        if self.has(Format::ModdedNanogpt) && pack == PackMode::BestFit {
+            return Err(FormatsError::ModdedNanogptPadding);
         }
         Ok(())
     }

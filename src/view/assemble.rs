@@ -58,7 +58,15 @@ pub fn assemble(
         let data_files = link_arrow_parts(build, &assembly, &split, &output, &columns, &short, &mut files)?;
         let units: Vec<UnitParts> = output.units.iter().filter_map(|unit| unit.formats.clone()).collect();
         let documents = super::documents(recipe.sequence);
-        let parts = SplitParts { split: &split, units: &units, token_type: recipe.output.token_type, documents };
+        let parts = SplitParts {
+            split: &split,
+            units: &units,
+            token_type: recipe.output.token_type,
+            documents,
+            padded: recipe.sequence.pack == PackMode::BestFit,
+            vocab_size: stores[0].manifest.tokenizer.vocab_size,
+            tokenizer: &stores[0].manifest.tokenizer.source,
+        };
         files.extend(formats::assemble_split(assembly.root(), &parts, &row_formats)?);
         let mut record = SplitRecord { inputs: Vec::new(), data_files, counts: Counts::default() };
         for store in stores {

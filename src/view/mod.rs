@@ -47,7 +47,7 @@ use crate::cache::writer::{Columns, WriteError};
 use crate::errors::{Failure, Fault, IoError};
 use crate::fingerprint::Fingerprint;
 use crate::fsutil::untrusted;
-use crate::spec::{Formats, OutputSpec, PackMode, SequenceSpec, Spec};
+use crate::spec::{Format, Formats, OutputSpec, PackMode, SequenceSpec, Spec};
 
 use interleave::{Component, Interleaved, Total, Used};
 use rows::{Plan, PlanStats};
@@ -74,6 +74,16 @@ pub enum ViewError {
         "pack = \"best_fit\" pads rows, but the tokenizer has neither a pad token nor an EOS token; name one with tokenizer.eos_token"
     )]
     NoPadToken,
+    #[error(
+        "output.formats has \"modded_nanogpt\", whose tokens are uint16, but the tokenizer has {vocab_size} tokens; \
+         leave the format out for this tokenizer"
+    )]
+    ModdedNanogptVocab { vocab_size: u64 },
+    #[error(
+        "output.formats has \"olmo\", whose reader finds documents by their EOS, but the token store's documents end \
+         with none; set tokenizer.eos_token (with ensure_bos_eos = true) in the spec"
+    )]
+    OlmoWithoutEos,
     #[error("starting worker threads; a lower --jobs may start")]
     Threads(#[source] rayon::ThreadPoolBuildError),
     #[error(transparent)]
@@ -279,12 +289,19 @@ fn documents(sequence: &SequenceSpec) -> bool {
 }
 
 /// The id best-fit rows are padded with (0, unused, otherwise), after checking the
-/// token type holds the vocabulary.
+/// token type and the formats hold the vocabulary and its documents.
 fn pad_id(cache: &CacheLayout, recipe: &Recipe, store: &Manifest) -> Result<u32, ViewError> {
     let token_type = recipe.output.token_type;
     let vocab_size = store.tokenizer.vocab_size;
     if vocab_size > token_type.max_vocab() {
         return Err(ViewError::VocabTooLarge { vocab_size, token_type: token_type.dtype() });
+    }
+    let formats = &recipe.output.formats;
+    if formats.has(Format::ModdedNanogpt) && vocab_size > 1 << 16 {
+        return Err(ViewError::ModdedNanogptVocab { vocab_size });
+    }
+    if formats.has(Format::Olmo) && store.tokenizer.eos_id.is_none() {
+        return Err(ViewError::OlmoWithoutEos);
     }
     let pad_id = match recipe.sequence.pack {
         PackMode::BestFit => store.tokenizer.pad_id.ok_or(ViewError::NoPadToken)?,

@@ -10,7 +10,11 @@
 
 pub mod flat;
 pub mod megatron;
+pub mod modded_nanogpt;
+pub mod nanotron;
+pub mod olmo;
 mod parts;
+mod rows;
 
 use std::path::{Path, PathBuf};
 
@@ -18,7 +22,7 @@ use crate::cache::manifest::WrittenFile;
 use crate::cache::writer::{PartWriter, Row, WriteError};
 use crate::errors::IoError;
 use crate::fsutil;
-use crate::spec::{Formats, TokenType};
+use crate::spec::{Format, Formats, TokenType};
 
 pub use parts::{TokenParts, UnitParts};
 
@@ -47,8 +51,9 @@ pub struct FormatsPlan<'a> {
 impl<F: Fn(usize) -> PathBuf> RowSink<F> {
     /// `part(kind)` names the unit's token part of that kind.
     pub fn new(arrow: PartWriter<F>, plan: FormatsPlan, part: impl Fn(&str) -> PathBuf) -> Result<Self, WriteError> {
+        let pieces = plan.documents || plan.formats.reads_documents();
         let tokens = match plan.formats.any_extra() {
-            true => Some(TokenParts::create(&part, plan.token_type, plan.documents)?),
+            true => Some(TokenParts::create(&part, plan.token_type, pieces)?),
             false => None,
         };
         Ok(RowSink { arrow, tokens })
@@ -75,8 +80,15 @@ pub struct SplitParts<'a> {
     pub split: &'a str,
     pub units: &'a [UnitParts],
     pub token_type: TokenType,
-    /// The parts record document pieces (`FormatsPlan::documents`).
+    /// The view keeps documents apart in its rows (`FormatsPlan::documents`): the
+    /// Megatron and flat layouts then hold document pieces.
     pub documents: bool,
+    /// Rows are padded (`best_fit`).
+    pub padded: bool,
+    /// The tokenizer's vocabulary size: the trainer formats' dtype follows it.
+    pub vocab_size: u64,
+    /// The tokenizer's name, as the token store records its source.
+    pub tokenizer: &'a str,
 }
 
 impl SplitParts<'_> {
@@ -150,6 +162,15 @@ pub fn assemble_split(
     }
     if formats.flat() {
         flat::write_split(entry_root, parts, data.as_ref(), &mut files)?;
+    }
+    if formats.has(Format::Nanotron) {
+        nanotron::write_split(entry_root, parts, &mut files)?;
+    }
+    if formats.has(Format::Olmo) {
+        olmo::write_split(entry_root, parts, &mut files)?;
+    }
+    if formats.has(Format::ModdedNanogpt) {
+        modded_nanogpt::write_split(entry_root, parts, &mut files)?;
     }
     Ok(files)
 }

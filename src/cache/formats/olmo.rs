@@ -1,0 +1,58 @@
+//! OLMo-core's numpy token files (`olmo_core.data`'s `NumpyFSLDataset` and its
+//! kin): `olmo/<split>.npy` holds the view's rows end to end as a headerless
+//! little-endian array, uint16 (vocabularies up to 65,536) or uint32, which the
+//! reader is told (`dtype=`); documents end with EOS, which is how it finds them.
+//! Where rows are padded (`best_fit`), `olmo/<split>.mask.npy` holds one byte per
+//! token, 1 on documents and 0 on padding (its `label_mask_paths`).
+//!
+//! `NumpyFSLDataset(sequence_length = the view's seq_len)` cuts the file into
+//! instances of that length: instance i is row i.
+
+use std::path::Path;
+
+use crate::cache::hashed_file::HashedFile;
+use crate::cache::manifest::WrittenFile;
+use crate::cache::writer::WriteError;
+
+use super::SplitParts;
+use super::rows::{encode, for_each_row};
+
+/// The split's token file, relative to the entry.
+pub fn data_file(split: &str) -> String {
+    format!("olmo/{split}.npy")
+}
+
+/// The split's label mask, relative to the entry (padded rows only).
+pub fn mask_file(split: &str) -> String {
+    format!("olmo/{split}.mask.npy")
+}
+
+/// Writes the split's token file, and its mask where rows are padded.
+pub fn write_split(entry_root: &Path, parts: &SplitParts, files: &mut Vec<WrittenFile>) -> Result<(), WriteError> {
+    let wide = parts.vocab_size > 1 << 16;
+    let mut data = HashedFile::create(&entry_root.join(data_file(parts.split)))?;
+    let mut mask = match parts.padded {
+        true => Some(HashedFile::create(&entry_root.join(mask_file(parts.split)))?),
+        false => None,
+    };
+    let mut block = Vec::new();
+    for_each_row(parts, |row| {
+        block.clear();
+        encode(row.tokens, wide, &mut block);
+        data.append(&block)?;
+        if let Some(mask) = &mut mask {
+            block.clear();
+            block.resize(row.tokens.len(), 0);
+            for &(start, length) in row.documents {
+                block[start as usize..(start + length) as usize].fill(1);
+            }
+            mask.append(&block)?;
+        }
+        Ok(())
+    })?;
+    files.push(data.finish(data_file(parts.split))?);
+    if let Some(mask) = mask {
+        files.push(mask.finish(mask_file(parts.split))?);
+    }
+    Ok(())
+}

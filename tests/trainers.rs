@@ -1,0 +1,144 @@
+//! Trainer formats beyond Arrow: nanotron's (datatrove's) `.ds` files, OLMo-core's
+//! numpy files and modded-nanogpt's shards, each read back from a staged entry by
+//! the trainer's own loader from PyPI (`check_trainers.py`, in the venv
+//! `scripts/test.sh` makes beside the Megatron one), token for token and boundary
+//! for boundary against the Arrow rows; a byte of the layout changed fails the
+//! check. A format added to a prepared spec is a view: no input opened, nothing
+//! tokenized.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use common::observe::{prepare_traced, scramble};
+use common::{TestEnv, describe, gpt2_spec, python_script};
+
+fn trainers_python() -> Option<PathBuf> {
+    common::provided("FERRY_TEST_TRAINERS_PYTHON", "FERRY_REQUIRE_TRAINERS", "Python with datatrove and ai2-olmo-core")
+}
+
+/// `check_trainers.py --check CHECK` on an entry: its output, and whether it passed.
+fn check(python: &Path, entry: &Path, check: &str) -> (bool, String) {
+    let output = Command::new(python)
+        .arg(python_script("check_trainers.py"))
+        .args(["--entry", entry.to_str().unwrap(), "--check", check])
+        .output()
+        .unwrap();
+    (output.status.success(), describe(&output))
+}
+
+const CONCAT: &str = "[sequence]\nseq_len = 64\nposition_ids = true\n\
+                      [output]\nformats = [\"nanotron\", \"olmo\", \"modded_nanogpt\"]\n";
+const BEST_FIT: &str = "[sequence]\nseq_len = 64\npack = \"best_fit\"\nlabels = true\nattention_mask = true\n\
+                        [output]\nformats = [\"olmo\"]\n";
+
+/// Stages the entries of `specs` (name, view) on a corpus of two shards; returns
+/// each staged entry.
+fn staged(env: &TestEnv, specs: &[(&str, &str)]) -> Vec<PathBuf> {
+    env.shards("data", "train", 2, 60, 7);
+    let dest = env.path("node/ferry");
+    specs
+        .iter()
+        .map(|(name, view)| {
+            let spec = env.write(&format!("{name}.toml"), gpt2_spec(name, "data/*.jsonl.zst", view));
+            let prepared = env.prepare(&spec, &[]);
+            env.run_ok(&["stage", spec.to_str().unwrap(), "--dest", dest.to_str().unwrap()]);
+            dest.join("entries").join(&prepared["fingerprint"].as_str().unwrap()[..16])
+        })
+        .collect()
+}
+
+#[test]
+fn each_trainer_reads_a_staged_entry_with_its_own_loader() {
+    let Some(python) = trainers_python() else { return };
+    let env = TestEnv::new();
+    let entries = staged(&env, &[("concat", CONCAT), ("best-fit", BEST_FIT)]);
+    for (entry, checks) in [(&entries[0], &["nanotron", "olmo", "modded_nanogpt"][..]), (&entries[1], &["olmo"][..])] {
+        for name in checks {
+            let (passed, output) = check(&python, entry, name);
+            assert!(passed, "{name} on {}: {output}", entry.display());
+        }
+    }
+    assert!(entries[1].join("olmo/train.mask.npy").is_file(), "padded rows get a label mask");
+    assert!(!entries[0].join("olmo/train.mask.npy").exists(), "rows without padding need none");
+}
+
+/// A copy of the entry with one byte of `file` changed at `offset` (from the end when negative).
+fn with_byte_changed(entry: &Path, copy: &Path, file: &str, offset: i64) -> PathBuf {
+    let status = Command::new("cp").args(["-r"]).arg(entry).arg(copy).status().unwrap();
+    assert!(status.success());
+    let path = copy.join(file);
+    let mut bytes = std::fs::read(&path).unwrap();
+    let at = if offset < 0 { bytes.len() - (-offset) as usize } else { offset as usize };
+    bytes[at] ^= 0x01;
+    std::fs::remove_file(&path).unwrap();
+    std::fs::write(&path, bytes).unwrap();
+    copy.to_path_buf()
+}
+
+#[test]
+fn a_byte_of_each_layout_changed_fails_its_loaders_check() {
+    let Some(python) = trainers_python() else { return };
+    let env = TestEnv::new();
+    let entries = staged(&env, &[("concat", CONCAT), ("best-fit", BEST_FIT)]);
+    let changes = [
+        (&entries[0], "nanotron", "nanotron/train/000_train.ds", -2),
+        (&entries[0], "nanotron", "nanotron/train/000_train.ds.index", 0),
+        (&entries[0], "olmo", "olmo/train.npy", 130),
+        (&entries[1], "olmo", "olmo/train.mask.npy", -1),
+        (&entries[0], "modded_nanogpt", "modded_nanogpt/train_000000.bin", 8),
+        (&entries[0], "modded_nanogpt", "modded_nanogpt/train_000000.bin", 0),
+        (&entries[0], "modded_nanogpt", "modded_nanogpt/train_000000.bin", 2000),
+    ];
+    for (index, (entry, name, file, offset)) in changes.into_iter().enumerate() {
+        let changed = with_byte_changed(entry, &env.path(&format!("changed-{index}")), file, offset);
+        let (passed, output) = check(&python, &changed, name);
+        assert!(!passed, "{name} passed with a byte of {file} changed: {output}");
+    }
+}
+
+#[test]
+fn a_trainer_format_added_to_a_prepared_spec_opens_no_input_and_tokenizes_nothing() {
+    let env = TestEnv::new();
+    let inputs = env.shards("data", "train", 2, 60, 9);
+    let base = env.write("base.toml", gpt2_spec("base", "data/*.jsonl.zst", "[sequence]\nseq_len = 64\n"));
+    env.prepare(&base, &[]);
+    let restores: Vec<_> = inputs.iter().map(|input| scramble(input)).collect();
+    let view = "[sequence]\nseq_len = 64\n[output]\nformats = [\"nanotron\", \"olmo\", \"modded_nanogpt\"]\n";
+    let spec = env.write("trainers.toml", gpt2_spec("trainers", "data/*.jsonl.zst", view));
+    let (prepared, opened) = prepare_traced(&env, &spec, &[]);
+    assert_eq!(prepared["token_store"]["tokenized"], false, "{prepared}");
+    for input in &inputs {
+        let name = input.file_name().unwrap().to_str().unwrap();
+        assert!(!opened.iter().any(|line| line.contains(name)), "the new format opened {name}");
+    }
+    restores.into_iter().for_each(|restore| restore());
+    let entry = Path::new(prepared["entry"].as_str().unwrap());
+    for file in ["nanotron/train/000_train.ds.metadata", "olmo/train.npy", "modded_nanogpt/train_000000.bin"] {
+        assert!(entry.join(file).is_file(), "{file}");
+    }
+    let metadata = std::fs::read_to_string(entry.join("nanotron/train/000_train.ds.metadata")).unwrap();
+    assert!(metadata.starts_with("gpt2|2\n"), "{metadata}");
+}
+
+#[test]
+fn formats_a_trainer_cannot_read_are_refused_with_the_reason() {
+    let env = TestEnv::new();
+    env.shards("data", "train", 1, 20, 3);
+    // (a line for [tokenizer], the view, what the error says)
+    let refused = [
+        ("", "[sequence]\npack = \"best_fit\"\n[output]\nformats = [\"nanotron\"]\n", "seq_len + 1"),
+        ("", "[sequence]\npack = \"truncate\"\n[output]\nformats = [\"olmo\"]\n", "one length"),
+        ("", "[sequence]\npack = \"best_fit\"\n[output]\nformats = [\"modded_nanogpt\"]\n", "cannot skip padding"),
+        ("ensure_bos_eos = false\n", "[output]\nformats = [\"olmo\"]\n", "by their EOS"),
+    ];
+    for (index, (tokenizer, extra, reason)) in refused.into_iter().enumerate() {
+        let text = gpt2_spec(&format!("refused-{index}"), "data/*.jsonl.zst", &format!("{tokenizer}{extra}"));
+        let spec = env.write(&format!("refused-{index}.toml"), text);
+        let output = env.run(&["prepare", spec.to_str().unwrap()]);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(1), "{extra}: {}", describe(&output));
+        assert!(stderr.contains(reason), "{extra}: {stderr}");
+    }
+}
