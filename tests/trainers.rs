@@ -1,5 +1,6 @@
 //! Trainer formats beyond Arrow: nanotron's (datatrove's) `.ds` files, OLMo-core's
-//! numpy files and modded-nanogpt's shards, each read back from a staged entry by
+//! numpy files, LitData chunks (LitGPT), MDS shards (llm-foundry) and
+//! modded-nanogpt's shards, each read back from a staged entry by
 //! the trainer's own loader from PyPI (`check_trainers.py`, in the venv
 //! `scripts/test.sh` makes beside the Megatron one), token for token and boundary
 //! for boundary against the Arrow rows; a byte of the layout changed fails the
@@ -15,7 +16,11 @@ use common::observe::{prepare_traced, scramble};
 use common::{TestEnv, describe, gpt2_spec, python_script};
 
 fn trainers_python() -> Option<PathBuf> {
-    common::provided("FERRY_TEST_TRAINERS_PYTHON", "FERRY_REQUIRE_TRAINERS", "Python with datatrove and ai2-olmo-core")
+    common::provided(
+        "FERRY_TEST_TRAINERS_PYTHON",
+        "FERRY_REQUIRE_TRAINERS",
+        "Python with datatrove, ai2-olmo-core, litdata and mosaicml-streaming",
+    )
 }
 
 /// `check_trainers.py --check CHECK` on an entry: its output, and whether it passed.
@@ -29,7 +34,10 @@ fn check(python: &Path, entry: &Path, check: &str) -> (bool, String) {
 }
 
 const CONCAT: &str = "[sequence]\nseq_len = 64\nposition_ids = true\n\
-                      [output]\nformats = [\"nanotron\", \"olmo\", \"modded_nanogpt\"]\n";
+                      [output]\nformats = [\"nanotron\", \"olmo\", \"modded_nanogpt\", \"mds\"]\n";
+/// LitData's blocks hold no document boundaries (no position_ids); uint16 ids.
+const BLOCKS: &str = "[sequence]\nseq_len = 48\n[output]\ntoken_type = \"uint16\"\nformats = [\"litdata\", \"mds\"]\n\
+                      target_shard_bytes = \"1MiB\"\n";
 const BEST_FIT: &str = "[sequence]\nseq_len = 64\npack = \"best_fit\"\nlabels = true\nattention_mask = true\n\
                         [output]\nformats = [\"olmo\"]\n";
 
@@ -53,8 +61,13 @@ fn staged(env: &TestEnv, specs: &[(&str, &str)]) -> Vec<PathBuf> {
 fn each_trainer_reads_a_staged_entry_with_its_own_loader() {
     let Some(python) = trainers_python() else { return };
     let env = TestEnv::new();
-    let entries = staged(&env, &[("concat", CONCAT), ("best-fit", BEST_FIT)]);
-    for (entry, checks) in [(&entries[0], &["nanotron", "olmo", "modded_nanogpt"][..]), (&entries[1], &["olmo"][..])] {
+    let entries = staged(&env, &[("concat", CONCAT), ("best-fit", BEST_FIT), ("blocks", BLOCKS)]);
+    let checks = [
+        (&entries[0], &["nanotron", "olmo", "modded_nanogpt", "mds"][..]),
+        (&entries[1], &["olmo"][..]),
+        (&entries[2], &["litdata", "mds"][..]),
+    ];
+    for (entry, checks) in checks {
         for name in checks {
             let (passed, output) = check(&python, entry, name);
             assert!(passed, "{name} on {}: {output}", entry.display());
@@ -81,8 +94,12 @@ fn with_byte_changed(entry: &Path, copy: &Path, file: &str, offset: i64) -> Path
 fn a_byte_of_each_layout_changed_fails_its_loaders_check() {
     let Some(python) = trainers_python() else { return };
     let env = TestEnv::new();
-    let entries = staged(&env, &[("concat", CONCAT), ("best-fit", BEST_FIT)]);
+    let entries = staged(&env, &[("concat", CONCAT), ("best-fit", BEST_FIT), ("blocks", BLOCKS)]);
     let changes = [
+        (&entries[2], "litdata", "litdata/train/chunk-0-0.bin", 0),
+        (&entries[2], "litdata", "litdata/train/chunk-0-0.bin", -1),
+        (&entries[2], "mds", "mds/train/shard.00000.mds", 4),
+        (&entries[2], "mds", "mds/train/shard.00000.mds", -3),
         (&entries[0], "nanotron", "nanotron/train/000_train.ds", -2),
         (&entries[0], "nanotron", "nanotron/train/000_train.ds.index", 0),
         (&entries[0], "olmo", "olmo/train.npy", 130),
@@ -105,7 +122,7 @@ fn a_trainer_format_added_to_a_prepared_spec_opens_no_input_and_tokenizes_nothin
     let base = env.write("base.toml", gpt2_spec("base", "data/*.jsonl.zst", "[sequence]\nseq_len = 64\n"));
     env.prepare(&base, &[]);
     let restores: Vec<_> = inputs.iter().map(|input| scramble(input)).collect();
-    let view = "[sequence]\nseq_len = 64\n[output]\nformats = [\"nanotron\", \"olmo\", \"modded_nanogpt\"]\n";
+    let view = "[sequence]\nseq_len = 64\n[output]\nformats = [\"nanotron\", \"olmo\", \"litdata\", \"mds\", \"modded_nanogpt\"]\n";
     let spec = env.write("trainers.toml", gpt2_spec("trainers", "data/*.jsonl.zst", view));
     let (prepared, opened) = prepare_traced(&env, &spec, &[]);
     assert_eq!(prepared["token_store"]["tokenized"], false, "{prepared}");
@@ -115,7 +132,14 @@ fn a_trainer_format_added_to_a_prepared_spec_opens_no_input_and_tokenizes_nothin
     }
     restores.into_iter().for_each(|restore| restore());
     let entry = Path::new(prepared["entry"].as_str().unwrap());
-    for file in ["nanotron/train/000_train.ds.metadata", "olmo/train.npy", "modded_nanogpt/train_000000.bin"] {
+    let files = [
+        "nanotron/train/000_train.ds.metadata",
+        "olmo/train.npy",
+        "litdata/train/index.json",
+        "mds/train/index.json",
+        "modded_nanogpt/train_000000.bin",
+    ];
+    for file in files {
         assert!(entry.join(file).is_file(), "{file}");
     }
     let metadata = std::fs::read_to_string(entry.join("nanotron/train/000_train.ds.metadata")).unwrap();
@@ -132,6 +156,8 @@ fn formats_a_trainer_cannot_read_are_refused_with_the_reason() {
         ("", "[sequence]\npack = \"truncate\"\n[output]\nformats = [\"olmo\"]\n", "one length"),
         ("", "[sequence]\npack = \"best_fit\"\n[output]\nformats = [\"modded_nanogpt\"]\n", "cannot skip padding"),
         ("ensure_bos_eos = false\n", "[output]\nformats = [\"olmo\"]\n", "by their EOS"),
+        ("", "[sequence]\nposition_ids = true\n[output]\nformats = [\"litdata\"]\n", "without position_ids"),
+        ("", "[sequence]\npack = \"best_fit\"\n[output]\nformats = [\"mds\"]\n", "padding"),
     ];
     for (index, (tokenizer, extra, reason)) in refused.into_iter().enumerate() {
         let text = gpt2_spec(&format!("refused-{index}"), "data/*.jsonl.zst", &format!("{tokenizer}{extra}"));

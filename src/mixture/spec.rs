@@ -240,7 +240,7 @@ impl MixtureSpec {
             );
         }
         check_sequence(&self.sequence, &self.output)?;
-        self.output.formats.check(self.output.token_type, self.sequence.pack).map_err(|err| err.to_string())?;
+        self.output.formats.check(self.output.token_type, &self.sequence).map_err(|err| err.to_string())?;
         Ok(())
     }
 

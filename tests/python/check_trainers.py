@@ -11,6 +11,12 @@ reports.
                         `sequence_length = row length`: instance i is Arrow row i, its
                         `doc_lens` are the row's documents (cut after each EOS), and its
                         `label_mask` (with best_fit) is the row's attention mask.
+--check litdata:        `litdata/<split>/` through litdata's `StreamingDataset` with
+                        `TokensLoader(block_size = row length)` (LitGPT's loader): block i
+                        is Arrow row i, in the view's token type.
+--check mds:            `mds/<split>/` through mosaicml-streaming's `StreamingDataset`
+                        (llm-foundry's `StreamingTextDataset` reads its `tokens`
+                        column): sample i's tokens are Arrow row i, in the view's type.
 --check modded_nanogpt: `modded_nanogpt/<split>_*.bin` read as modded-nanogpt's
                         `_load_data_shard` does, from the published layout (a 256 x int32
                         header: 20240520, 1, the token count; then uint16 tokens): the
@@ -136,6 +142,64 @@ def check_olmo(entry, manifest):
     return report
 
 
+def check_litdata(entry, manifest):
+    from litdata import StreamingDataset, TokensLoader
+
+    dtype = manifest["spec"]["output"]["token_type"]
+    report = {}
+    for split in splits_of(entry):
+        rows = arrow_rows(entry, split)
+        folder = os.path.join(entry, "litdata", split)
+        check_litdata_headers(folder)
+        dataset = StreamingDataset(input_dir=folder, item_loader=TokensLoader(block_size=row_length(rows)), shuffle=False)
+        if len(dataset) != len(rows):
+            fail(f"{split}: litdata has {len(dataset)} blocks, Arrow {len(rows)} rows")
+        for index, row in enumerate(rows):
+            block = dataset[index]
+            if str(block.dtype).removeprefix("torch.") != dtype:
+                fail(f"{split}: block {index} is {block.dtype}, the view's token type is {dtype}")
+            if [int(token) for token in block.tolist()] != row:
+                fail(f"{split}: block {index} differs from Arrow row {index}")
+        report[split] = {"blocks": len(dataset)}
+    return report
+
+
+def check_litdata_headers(folder):
+    """What TokensLoader skips but litdata's other loaders read: each chunk's item
+    count (the index's chunk_size) and its items' absolute offsets, ending at its size."""
+    index = json.load(open(os.path.join(folder, "index.json")))
+    for chunk in index["chunks"]:
+        path = os.path.join(folder, chunk["filename"])
+        count = int(np.fromfile(path, dtype="<u4", count=1)[0])
+        offsets = np.fromfile(path, dtype="<u4", count=count + 2)[1:]
+        size = os.path.getsize(path)
+        if count != chunk["chunk_size"] or size != chunk["chunk_bytes"]:
+            fail(f"{path}: {count} items of {size} bytes, the index says {chunk['chunk_size']} of {chunk['chunk_bytes']}")
+        if offsets[0] != 4 * (count + 2) or offsets[-1] != size or np.any(np.diff(offsets.astype(np.int64)) < 0):
+            fail(f"{path}: item offsets {offsets[:4]}... do not run from the header's end to the file's")
+
+
+def check_mds(entry, manifest):
+    from streaming import StreamingDataset
+
+    dtype = manifest["spec"]["output"]["token_type"]
+    report = {}
+    for split in splits_of(entry):
+        rows = arrow_rows(entry, split)
+        dataset = StreamingDataset(local=os.path.join(entry, "mds", split), shuffle=False, batch_size=1)
+        if len(dataset) != len(rows):
+            fail(f"{split}: MDS has {len(dataset)} samples, Arrow {len(rows)} rows")
+        for index, row in enumerate(rows):
+            tokens = dataset[index]["tokens"]
+            if not isinstance(tokens, np.ndarray) or tokens.dtype != np.dtype(dtype):
+                fail(f"{split}: sample {index} tokens are {type(tokens).__name__} {getattr(tokens, 'dtype', '')}, not {dtype}")
+            # As llm-foundry's StreamingTextDataset takes an ndarray sample.
+            if tokens.astype(np.int64).tolist() != row:
+                fail(f"{split}: sample {index} differs from Arrow row {index}")
+        report[split] = {"samples": len(dataset)}
+    return report
+
+
 def load_modded_shard(path):
     """modded-nanogpt's `_load_data_shard`, from its published format."""
     header = np.fromfile(path, dtype="<i4", count=256)
@@ -166,10 +230,16 @@ def check_modded_nanogpt(entry, manifest):
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--entry", required=True)
-    parser.add_argument("--check", choices=["nanotron", "olmo", "modded_nanogpt"], required=True)
+    parser.add_argument("--check", choices=["nanotron", "olmo", "litdata", "mds", "modded_nanogpt"], required=True)
     args = parser.parse_args()
     manifest = json.load(open(os.path.join(args.entry, "manifest.json")))
-    check = {"nanotron": check_nanotron, "olmo": check_olmo, "modded_nanogpt": check_modded_nanogpt}[args.check]
+    check = {
+        "nanotron": check_nanotron,
+        "olmo": check_olmo,
+        "litdata": check_litdata,
+        "mds": check_mds,
+        "modded_nanogpt": check_modded_nanogpt,
+    }[args.check]
     print(json.dumps({"check": args.check, "splits": check(args.entry, manifest)}))
 
 

@@ -9,6 +9,8 @@
 //! the same whatever the worker count.
 
 pub mod flat;
+pub mod litdata;
+pub mod mds;
 pub mod megatron;
 pub mod modded_nanogpt;
 pub mod nanotron;
@@ -171,6 +173,12 @@ pub fn assemble_split(
     }
     if formats.has(Format::ModdedNanogpt) {
         modded_nanogpt::write_split(entry_root, parts, &mut files)?;
+    }
+    if formats.has(Format::Litdata) {
+        litdata::write_split(entry_root, parts, &mut files)?;
+    }
+    if formats.has(Format::Mds) {
+        mds::write_split(entry_root, parts, &mut files)?;
     }
     Ok(files)
 }

@@ -12,8 +12,7 @@ use crate::cache::manifest::WrittenFile;
 use crate::cache::writer::WriteError;
 
 use super::SplitParts;
-use super::parts::for_each_length;
-use super::rows::{encode, for_each_row};
+use super::rows::{encode, for_each_row, plan_chunks};
 
 const MAGIC: i32 = 20240520;
 const VERSION: i32 = 1;
@@ -27,30 +26,21 @@ pub fn shard_file(split: &str, shard: usize) -> String {
 
 /// Writes the split's shards (the vocabulary fits uint16: checked when the view began).
 pub fn write_split(entry_root: &Path, parts: &SplitParts, files: &mut Vec<WrittenFile>) -> Result<(), WriteError> {
-    // The header holds each shard's count: the shards' sizes first, from the row lengths.
-    let mut shard_tokens = vec![0u64];
-    for_each_length(&parts.lengths(), |length| {
-        let last = shard_tokens.len() - 1;
-        if shard_tokens[last] > 0 && shard_tokens[last] + u64::from(length) > SHARD_TOKENS {
-            shard_tokens.push(0);
-        }
-        *shard_tokens.last_mut().unwrap_or(&mut 0) += u64::from(length);
-        Ok(())
-    })?;
-    let mut shard = 0;
-    let mut open = start_shard(entry_root, parts.split, shard, shard_tokens[0])?;
-    let (mut written, mut block) = (0u64, Vec::new());
+    // The header holds each shard's count: the shards are planned first, from the row lengths.
+    let shards = plan_chunks(parts, SHARD_TOKENS, u64::from)?;
+    let (mut shard, mut rows) = (0, 0u64);
+    let mut open = start_shard(entry_root, parts.split, 0, shards[0].tokens)?;
+    let mut block = Vec::new();
     for_each_row(parts, |row| {
-        if written == shard_tokens[shard] && shard + 1 < shard_tokens.len() {
-            let finished =
-                std::mem::replace(&mut open, start_shard(entry_root, parts.split, shard + 1, shard_tokens[shard + 1])?);
-            files.push(finished.finish(shard_file(parts.split, shard))?);
-            (shard, written) = (shard + 1, 0);
+        if rows == shards[shard].rows {
+            let next = start_shard(entry_root, parts.split, shard + 1, shards[shard + 1].tokens)?;
+            files.push(std::mem::replace(&mut open, next).finish(shard_file(parts.split, shard))?);
+            (shard, rows) = (shard + 1, 0);
         }
         block.clear();
         encode(row.tokens, false, &mut block);
         open.append(&block)?;
-        written += row.tokens.len() as u64;
+        rows += 1;
         Ok(())
     })?;
     files.push(open.finish(shard_file(parts.split, shard))?);

@@ -50,6 +50,68 @@ pub fn for_each_row(
     Ok(())
 }
 
+/// A run of whole rows that one file of a chunked format holds.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Chunk {
+    pub rows: u64,
+    pub tokens: u64,
+    /// Bytes of its rows in the format (`row_bytes` of each, summed).
+    pub bytes: u64,
+}
+
+/// The split's rows cut into chunks of at most `max_bytes` (a longer row alone),
+/// from the row lengths alone: formats whose files begin with counts plan first.
+pub fn plan_chunks(
+    parts: &SplitParts,
+    max_bytes: u64,
+    row_bytes: impl Fn(u32) -> u64,
+) -> Result<Vec<Chunk>, WriteError> {
+    let (mut chunks, mut current) = (Vec::new(), Chunk::default());
+    for_each_length(&parts.lengths(), |length| {
+        let bytes = row_bytes(length);
+        if current.rows > 0 && current.bytes + bytes > max_bytes {
+            chunks.push(std::mem::take(&mut current));
+        }
+        current =
+            Chunk { rows: current.rows + 1, tokens: current.tokens + u64::from(length), bytes: current.bytes + bytes };
+        Ok(())
+    })?;
+    chunks.push(current);
+    Ok(chunks)
+}
+
+/// The split's row lengths read one at a time, across its units' parts: for a
+/// header that lists its rows before their tokens follow.
+pub struct Lengths<'a> {
+    parts: &'a [std::path::PathBuf],
+    next_part: usize,
+    input: Option<(BufReader<File>, &'a std::path::Path)>,
+}
+
+impl<'a> Lengths<'a> {
+    pub fn new(parts: &'a [std::path::PathBuf]) -> Lengths<'a> {
+        Lengths { parts, next_part: 0, input: None }
+    }
+
+    /// The next row's length; none past the last row.
+    pub fn next_length(&mut self) -> Result<Option<u32>, WriteError> {
+        loop {
+            if let Some((input, path)) = &mut self.input {
+                let mut bytes = [0u8; 4];
+                match input.read_exact(&mut bytes) {
+                    Ok(()) => return Ok(Some(u32::from_le_bytes(bytes))),
+                    Err(err) if err.kind() == std::io::ErrorKind::UnexpectedEof => self.input = None,
+                    Err(err) => return Err(IoError::at("reading", path)(err).into()),
+                }
+            }
+            let Some(path) = self.parts.get(self.next_part) else { return Ok(None) };
+            self.next_part += 1;
+            let file = File::open(path).map_err(IoError::at("reading", path))?;
+            self.input = Some((BufReader::with_capacity(1 << 16, file), path));
+        }
+    }
+}
+
 /// A unit's document pieces, (start in tokens from the unit's first, length).
 fn unit_pieces(path: Option<&std::path::Path>) -> Result<Vec<(u64, u32)>, WriteError> {
     let mut pieces = Vec::new();
