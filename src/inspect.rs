@@ -63,6 +63,8 @@ pub struct Inspection {
     pub packing: Option<PackingRecord>,
     /// A mixture's components and what each gave.
     pub mixture: Option<MixtureRecord>,
+    /// The formats it holds, each with the line that opens the split with its trainer's reader.
+    pub formats: Vec<crate::readers::Reader>,
     pub splits: BTreeMap<String, SplitView>,
     /// The split the rows come from.
     pub split: String,
@@ -165,6 +167,10 @@ pub fn inspect(
         token_store,
         packing: manifest.packing.clone(),
         mixture: manifest.mixture.clone(),
+        formats: match manifest.kind {
+            EntryKind::View => crate::readers::readers(&manifest, entry.path(), &split),
+            EntryKind::Tokens => Vec::new(),
+        },
         splits,
         split,
         rows,

@@ -35,6 +35,7 @@
 //!   files), `write` (units of rows as Arrow files and format parts), `assemble`; `interleave`
 //!   (a mixture's rows, by weight) and `blend` (a mixture's Megatron files and blend).
 //! - `megatron_args`: Megatron's `--data-path` for an entry where it lies (cache or node).
+//! - `readers`: the formats an entry holds and the Python that opens each with its trainer's reader.
 //! - `mixture`: mixture specs, their components resolved to token stores, and their prepare.
 //! - `prepare`: a spec's token store, built and published unless it exists, then its view:
 //!   `together` (the claims loop shared by every task building the store), `shard` + `pipeline`
@@ -69,6 +70,7 @@ pub mod megatron_args;
 pub mod mixture;
 pub mod prepare;
 pub mod progress;
+pub mod readers;
 pub mod settings;
 pub mod source;
 pub mod spec;

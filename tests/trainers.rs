@@ -168,3 +168,53 @@ fn formats_a_trainer_cannot_read_are_refused_with_the_reason() {
         assert!(stderr.contains(reason), "{extra}: {stderr}");
     }
 }
+
+/// `ferry.load(NAME, format=F, split="train")` for each format, run from the source
+/// package with this build's binary: the class of what it returned, and its length.
+const LOAD_EACH: &str = r#"
+import json, sys, ferry
+formats = sys.argv[2:]
+found = {}
+for format in formats:
+    dataset = ferry.load(sys.argv[1], format=format, split="train")
+    found[format] = [type(dataset).__module__ + "." + type(dataset).__name__, len(dataset)]
+print(json.dumps(found))
+"#;
+
+#[test]
+fn ferry_load_opens_each_format_with_its_reader_and_inspect_names_the_readers() {
+    let Some(python) = trainers_python() else { return };
+    let env = TestEnv::new();
+    let entries = staged(&env, &[("concat", CONCAT), ("blocks", BLOCKS)]);
+    let dest = env.path("node/ferry");
+    let run = |name: &str, formats: &[&str]| -> serde_json::Value {
+        let output = Command::new(&python)
+            .args(["-c", LOAD_EACH, name])
+            .args(formats)
+            .env("PYTHONPATH", Path::new(env!("CARGO_MANIFEST_DIR")).join("python"))
+            .env("FERRY_BINARY", env!("CARGO_BIN_EXE_ferry"))
+            .env("FERRY_CACHE", env.cache())
+            .env("FERRY_DEST", &dest)
+            .output()
+            .unwrap();
+        assert!(output.status.success(), "{}", describe(&output));
+        serde_json::from_slice(&output.stdout).unwrap()
+    };
+    let concat = run("concat", &["nanotron", "olmo", "mds", "modded_nanogpt"]);
+    let blocks = run("blocks", &["litdata"]);
+    let class = |found: &serde_json::Value, format: &str| found[format][0].as_str().unwrap().to_string();
+    assert_eq!(class(&concat, "nanotron"), "datatrove.utils.dataset.DatatroveFolderDataset", "{concat}");
+    assert_eq!(class(&concat, "olmo"), "olmo_core.data.numpy_dataset.NumpyFSLDataset", "{concat}");
+    assert!(class(&concat, "mds").starts_with("streaming."), "{concat}");
+    assert_eq!(class(&concat, "modded_nanogpt"), "builtins.list", "{concat}");
+    assert!(class(&blocks, "litdata").starts_with("litdata."), "{blocks}");
+    let rows = common::read_manifest(&entries[1])["splits"]["train"]["rows"].as_u64().unwrap();
+    assert_eq!(blocks["litdata"][1].as_u64(), Some(rows), "one block per row: {blocks}");
+    assert_eq!(concat["nanotron"][1], concat["olmo"][1], "one sample per row in both: {concat}");
+
+    let inspected = env.run_ok(&["inspect", "concat", "--cache", dest.to_str().unwrap(), "--rows", "0"]);
+    for line in ["DatatroveFolderDataset(", "NumpyFSLDataset(", "streaming.StreamingDataset(local=", "train_files = "] {
+        assert!(inspected.contains(line), "{line}: {inspected}");
+    }
+    assert!(inspected.contains(&format!("{}/entries/", dest.display())), "paths of the copy inspected: {inspected}");
+}

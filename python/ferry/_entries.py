@@ -3,6 +3,7 @@
 import os
 
 from ._binary import FerryError, run_json
+from ._readers import open_format
 
 
 class EntryNotFoundError(FerryError, LookupError):
@@ -50,9 +51,19 @@ def entry_path(name_or_fingerprint, cache=None, dest=None):
     )
 
 
-def load(name_or_fingerprint, split=None, cache=None, dest=None, **load_from_disk_args):
-    """``datasets.load_from_disk`` on :func:`entry_path`: a DatasetDict, or one split's Dataset."""
+def load(name_or_fingerprint, split=None, cache=None, dest=None, format="hf", **load_from_disk_args):
+    """``datasets.load_from_disk`` on :func:`entry_path`: a DatasetDict, or one split's Dataset.
+
+    With another ``format``, that trainer's reader on the entry's files of that format:
+    ``"megatron"`` megatron-core's ``IndexedDataset``, ``"flat"`` a ``numpy.memmap``,
+    ``"nanotron"`` datatrove's ``DatatroveFolderDataset``, ``"olmo"`` OLMo-core's
+    ``NumpyFSLDataset``, ``"litdata"`` litdata's ``StreamingDataset`` with
+    ``TokensLoader``, ``"mds"`` mosaicml-streaming's ``StreamingDataset``,
+    ``"modded_nanogpt"`` the shards' paths; a dict by split when ``split`` is None.
+    """
     path = entry_path(name_or_fingerprint, cache=cache, dest=dest)
+    if format != "hf":
+        return open_format(path, format, split)
     try:
         import datasets
     except ImportError as err:

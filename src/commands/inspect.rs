@@ -81,6 +81,12 @@ pub fn run(cache: &CacheLayout, entry: &str, split: Option<&str>, rows: usize, j
     if let Some(mixture) = &inspection.mixture {
         print_mixture(mixture)?;
     }
+    if !inspection.formats.is_empty() {
+        out!("formats     {} (the {} split with each trainer's reader:)", inspection.formats.len(), inspection.split)?;
+        for reader in &inspection.formats {
+            out!("  {:<15} {}", reader.format, reader.python)?;
+        }
+    }
     out!("")?;
     out!("{:<12} {:>12} {:>12} {:>14}", "split", "rows", "documents", "tokens")?;
     for (name, view) in &inspection.splits {
