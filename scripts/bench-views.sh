@@ -5,7 +5,8 @@
 #   1. a fresh build: `ferry prepare` of a spec at seq_len 1024 (tokenize into the
 #      token store, then derive the view);
 #   2. new views of that token store, one after another: seq_len 2048 alone; with
-#      labels; with formats = ["hf", "megatron"]; best_fit at 2048 and at 4096;
+#      labels; with formats = ["hf", "megatron"]; best_fit at 2048 and at 4096; the
+#      fresh build's spec with the olmo format added;
 #   3. `cp -r` of the seq_len 2048 view's folder to another folder of the same disk,
 #      then `sync` of the copies: the same bytes written and made durable, as ferry's
 #      files are (each is fsynced before it is renamed into place). cp alone is shown too.
@@ -47,7 +48,8 @@ spec labels 'seq_len = 2048\nlabels = true\n'
 spec megatron 'seq_len = 2048\n' 'formats = ["hf", "megatron"]\n'
 spec best_fit_2048 'seq_len = 2048\npack = "best_fit"\n'
 spec best_fit_4096 'seq_len = 4096\npack = "best_fit"\n'
-views="seq_len labels megatron best_fit_2048 best_fit_4096"
+spec olmo 'seq_len = 1024\n' 'formats = ["hf", "olmo"]\n'
+views="seq_len labels megatron best_fit_2048 best_fit_4096 olmo"
 
 # run NAME: times `ferry prepare` of spec NAME into the round's cache; one JSON line.
 run() {
@@ -105,12 +107,14 @@ cp_sync = min(r["with_sync"] for r in runs if r["name"] == "cp")
 fresh = best["fresh"]
 print(f"corpus: {sys.argv[2]}; {fresh['tokens'] / 1e6:.1f} M tokens in rows of 1024; best of {sum(r['name'] == 'fresh' for r in runs)} rounds")
 print(f"fresh build (tokenize + view)   {fresh['seconds']:6.2f} s  peak RSS {fresh['peak_rss_bytes'] / 2**20:.0f} MiB")
-for name in ["seq_len", "labels", "megatron", "best_fit_2048", "best_fit_4096"]:
+for name in ["seq_len", "labels", "megatron", "best_fit_2048", "best_fit_4096", "olmo"]:
     r = best[name]
     assert not r["tokenized"], f"{name} tokenized again"
     fill = f"  fill {r['packing']['fill'] * 100:.2f}%" if r["packing"]["pack"] == "best_fit" else ""
     print(f"view {name:26s} {r['seconds']:6.2f} s  {r['arrow_bytes'] / r['seconds'] / 1e9:5.2f} GB/s of Arrow token files, "
           f"{r['bytes'] / r['seconds'] / 1e9:5.2f} GB/s of all its {r['bytes'] / 1e6:.0f} MB; {fresh['seconds'] / r['seconds']:5.1f}x faster than fresh{fill}")
+ratio = fresh["seconds"] / best["olmo"]["seconds"]
+print(f"ratio fresh build / the same spec with the olmo format added {ratio:6.2f}x  (target >= 5x)  {'OK' if ratio >= 5 else 'MISSED'}")
 view = best["seq_len"]
 cp = best["cp"]
 ratio = fresh["seconds"] / view["seconds"]

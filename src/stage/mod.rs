@@ -11,6 +11,7 @@ pub mod command;
 pub mod copy;
 mod guard;
 pub mod landing;
+pub mod megatron_cache;
 pub mod mirror;
 mod plan;
 mod report;
@@ -108,6 +109,9 @@ pub fn build_mirror(plan: &StagePlan, dest: &Path, link: &[&str]) -> Result<(), 
         }
     }
     mirror::make_dirs(&plan.dest_root, &relative).map_err(IoError::at("mirroring into", dest))?;
+    if let PlanKind::Entry { cache } = &plan.kind {
+        megatron_cache::link_index_caches(cache, plan);
+    }
     Ok(mirror::link_files(&plan.source_root, &plan.dest_root, link).map_err(IoError::at("mirroring into", dest))?)
 }
 
