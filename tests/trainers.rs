@@ -41,6 +41,11 @@ const BLOCKS: &str = "[sequence]\nseq_len = 48\n[output]\ntoken_type = \"uint16\
 const BEST_FIT: &str = "[sequence]\nseq_len = 64\npack = \"best_fit\"\nlabels = true\nattention_mask = true\n\
                         [output]\nformats = [\"olmo\"]\n";
 
+/// uint16 ids under GPT-2's vocabulary: Megatron's, flat's, OLMo's and nanotron's
+/// token bytes are the same, one file hard-linked four times.
+const SHARED: &str = "[sequence]\nseq_len = 64\nposition_ids = true\n\
+                      [output]\ntoken_type = \"uint16\"\nformats = [\"megatron\", \"flat\", \"olmo\", \"nanotron\"]\n";
+
 /// Stages the entries of `specs` (name, view) on a corpus of two shards; returns
 /// each staged entry.
 fn staged(env: &TestEnv, specs: &[(&str, &str)]) -> Vec<PathBuf> {
@@ -61,11 +66,12 @@ fn staged(env: &TestEnv, specs: &[(&str, &str)]) -> Vec<PathBuf> {
 fn each_trainer_reads_a_staged_entry_with_its_own_loader() {
     let Some(python) = trainers_python() else { return };
     let env = TestEnv::new();
-    let entries = staged(&env, &[("concat", CONCAT), ("best-fit", BEST_FIT), ("blocks", BLOCKS)]);
+    let entries = staged(&env, &[("concat", CONCAT), ("best-fit", BEST_FIT), ("blocks", BLOCKS), ("shared", SHARED)]);
     let checks = [
         (&entries[0], &["nanotron", "olmo", "modded_nanogpt", "mds"][..]),
         (&entries[1], &["olmo"][..]),
         (&entries[2], &["litdata", "mds"][..]),
+        (&entries[3], &["nanotron", "olmo"][..]),
     ];
     for (entry, checks) in checks {
         for name in checks {
@@ -74,6 +80,11 @@ fn each_trainer_reads_a_staged_entry_with_its_own_loader() {
         }
     }
     assert!(entries[1].join("olmo/train.mask.npy").is_file(), "padded rows get a label mask");
+    // Staged copies keep the entry's twins as hard links, as the cache does.
+    use std::os::unix::fs::MetadataExt;
+    let inode = |file: &str| std::fs::metadata(entries[3].join(file)).unwrap().ino();
+    let same = ["flat/train.bin", "olmo/train.npy", "nanotron/train/000_train.ds"];
+    assert!(same.iter().all(|file| inode(file) == inode("megatron/train_text_document.bin")), "one file, four names");
     assert!(!entries[0].join("olmo/train.mask.npy").exists(), "rows without padding need none");
 }
 

@@ -20,27 +20,22 @@ use crate::cache::hashed_file::HashedFile;
 use crate::errors::IoError;
 
 /// Writes the split's flat files. `shared` is a file with the same token bytes
-/// (the Megatron `.bin`), hard-linked instead of copied again.
+/// (the Megatron `.bin`), hard-linked instead of copied again. Returns the `.bin`'s record.
 pub fn write_split(
     entry_root: &Path,
     parts: &SplitParts,
     shared: Option<&WrittenFile>,
     files: &mut Vec<WrittenFile>,
-) -> Result<(), WriteError> {
+) -> Result<WrittenFile, WriteError> {
     let (split, token_type) = (parts.split, parts.token_type);
     let (rows, tokens) = (parts.rows(), parts.tokens());
     let bin_relative = flat_file(split, ".bin");
     let bin_path = entry_root.join(&bin_relative);
     let bin = match shared {
-        Some(shared) => {
-            crate::fsutil::create_dir_all(bin_path.parent().unwrap_or(entry_root))
-                .map_err(IoError::at("writing", &bin_path))?;
-            std::fs::hard_link(entry_root.join(&shared.path), &bin_path).map_err(IoError::at("writing", &bin_path))?;
-            WrittenFile { path: bin_relative, ..shared.clone() }
-        }
+        Some(shared) => super::link_same(entry_root, shared, bin_relative)?,
         None => parts.join_tokens(&bin_path, bin_relative)?,
     };
-    files.push(bin);
+    files.push(bin.clone());
     let offsets_relative = flat_file(split, ".offsets.npy");
     let mut offsets = HashedFile::create(&entry_root.join(&offsets_relative))?;
     offsets.append(&npy_header("<u8", &format!("({},)", rows + 1)))?;
@@ -79,7 +74,7 @@ pub fn write_split(
     text.push(b'\n');
     json_file.append(&text)?;
     files.push(json_file.finish(json_relative)?);
-    Ok(())
+    Ok(bin)
 }
 
 /// The header of a version 1.0 `.npy` file holding a C-order array of `shape`

@@ -28,6 +28,51 @@ use crate::spec::{Format, Formats, TokenType};
 
 pub use parts::{TokenParts, UnitParts};
 
+use parts::token_size;
+
+/// A format's token file: written here, or a hard link to a file of the same bytes.
+enum TokenFile<'a> {
+    Written(crate::cache::hashed_file::HashedFile),
+    Linked(&'a WrittenFile),
+}
+
+impl<'a> TokenFile<'a> {
+    fn new(entry_root: &Path, relative: &str, shared: Option<&'a WrittenFile>) -> Result<TokenFile<'a>, WriteError> {
+        Ok(match shared {
+            Some(shared) => TokenFile::Linked(shared),
+            None => TokenFile::Written(crate::cache::hashed_file::HashedFile::create(&entry_root.join(relative))?),
+        })
+    }
+
+    /// Whether its bytes are to be written (not linked).
+    fn writes(&self) -> bool {
+        matches!(self, TokenFile::Written(_))
+    }
+
+    fn append(&mut self, bytes: &[u8]) -> Result<(), WriteError> {
+        match self {
+            TokenFile::Written(file) => Ok(file.append(bytes)?),
+            TokenFile::Linked(_) => Ok(()),
+        }
+    }
+
+    fn finish(self, entry_root: &Path, relative: String) -> Result<WrittenFile, WriteError> {
+        match self {
+            TokenFile::Written(file) => Ok(file.finish(relative)?),
+            TokenFile::Linked(shared) => link_same(entry_root, shared, relative),
+        }
+    }
+}
+
+/// `relative` in the entry made a hard link to `shared`, a file of the same bytes
+/// already there; its record is `shared`'s under the new path.
+fn link_same(entry_root: &Path, shared: &WrittenFile, relative: String) -> Result<WrittenFile, WriteError> {
+    let path = entry_root.join(&relative);
+    fsutil::create_dir_all(path.parent().unwrap_or(entry_root)).map_err(IoError::at("writing", &path))?;
+    std::fs::hard_link(entry_root.join(&shared.path), &path).map_err(IoError::at("writing", &path))?;
+    Ok(WrittenFile { path: relative, ..shared.clone() })
+}
+
 /// Receives every row a view unit produces and fans it out to the Arrow writer and,
 /// when extra formats are asked for, to the unit's token parts.
 pub struct RowSink<F: Fn(usize) -> PathBuf> {
@@ -94,6 +139,11 @@ pub struct SplitParts<'a> {
 }
 
 impl SplitParts<'_> {
+    /// Bytes per token in the nanotron and OLMo files: 2 up to 65,536 tokens, else 4.
+    pub fn trainer_token_bytes(&self) -> u64 {
+        if self.vocab_size > 1 << 16 { 4 } else { 2 }
+    }
+
     pub fn rows(&self) -> u64 {
         self.units.iter().map(|unit| unit.rows).sum()
     }
@@ -157,19 +207,23 @@ pub fn assemble_split(
     if !formats.any_extra() {
         return Ok(files);
     }
-    // Both formats hold the same token bytes: the second is a hard link to the first.
+    // Formats that hold the same token bytes share one file: each later one is a hard
+    // link to the first. Megatron's and flat's are in the view's token type; OLMo's and
+    // nanotron's in uint16 or uint32 by the vocabulary, the same bytes when the widths agree.
     let mut data: Option<WrittenFile> = None;
     if formats.megatron() {
         data = Some(megatron::write_split(entry_root, parts, &mut files)?);
     }
     if formats.flat() {
-        flat::write_split(entry_root, parts, data.as_ref(), &mut files)?;
+        data = Some(flat::write_split(entry_root, parts, data.as_ref(), &mut files)?);
+    }
+    let same_width = token_size(parts.token_type) == parts.trainer_token_bytes();
+    let mut trainer_data = data.filter(|_| same_width);
+    if formats.has(Format::Olmo) {
+        trainer_data = Some(olmo::write_split(entry_root, parts, trainer_data.as_ref(), &mut files)?);
     }
     if formats.has(Format::Nanotron) {
-        nanotron::write_split(entry_root, parts, &mut files)?;
-    }
-    if formats.has(Format::Olmo) {
-        olmo::write_split(entry_root, parts, &mut files)?;
+        nanotron::write_split(entry_root, parts, trainer_data.as_ref(), &mut files)?;
     }
     if formats.has(Format::ModdedNanogpt) {
         modded_nanogpt::write_split(entry_root, parts, &mut files)?;

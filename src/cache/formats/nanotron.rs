@@ -16,25 +16,33 @@ use crate::cache::hashed_file::HashedFile;
 use crate::cache::manifest::WrittenFile;
 use crate::cache::writer::WriteError;
 
-use super::SplitParts;
 use super::rows::{encode, for_each_row};
+use super::{SplitParts, TokenFile};
 
 /// The split's token file, relative to the entry (the index and metadata add suffixes).
 pub fn data_file(split: &str) -> String {
     format!("nanotron/{split}/000_{split}.ds")
 }
 
-/// Writes the split's three files.
-pub fn write_split(entry_root: &Path, parts: &SplitParts, files: &mut Vec<WrittenFile>) -> Result<(), WriteError> {
+/// Writes the split's three files. `shared` is a file of the same token bytes
+/// (OLMo's, or the flat or Megatron tokens of the same width), hard-linked instead.
+pub fn write_split(
+    entry_root: &Path,
+    parts: &SplitParts,
+    shared: Option<&WrittenFile>,
+    files: &mut Vec<WrittenFile>,
+) -> Result<(), WriteError> {
     let relative = data_file(parts.split);
-    let wide = parts.vocab_size > 1 << 16;
-    let mut data = HashedFile::create(&entry_root.join(&relative))?;
+    let wide = parts.trainer_token_bytes() == 4;
+    let mut data = TokenFile::new(entry_root, &relative, shared)?;
     let mut index = HashedFile::create(&entry_root.join(format!("{relative}.index")))?;
     let (mut written, mut block) = (0u64, Vec::new());
     for_each_row(parts, |row| {
-        block.clear();
-        encode(row.tokens, wide, &mut block);
-        data.append(&block)?;
+        if data.writes() {
+            block.clear();
+            encode(row.tokens, wide, &mut block);
+            data.append(&block)?;
+        }
         block.clear();
         for &(start, length) in row.documents {
             block.extend_from_slice(&(written + u64::from(start) + u64::from(length)).to_le_bytes());
@@ -43,7 +51,7 @@ pub fn write_split(entry_root: &Path, parts: &SplitParts, files: &mut Vec<Writte
         written += row.tokens.len() as u64;
         Ok(())
     })?;
-    files.push(data.finish(relative.clone())?);
+    files.push(data.finish(entry_root, relative.clone())?);
     files.push(index.finish(format!("{relative}.index"))?);
     // nanotron splits the first line at '|' and loads the name with AutoTokenizer.
     let name = parts.tokenizer.strip_prefix("builtin ").unwrap_or(parts.tokenizer).replace(['|', '\n'], "_");

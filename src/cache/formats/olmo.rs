@@ -14,8 +14,8 @@ use crate::cache::hashed_file::HashedFile;
 use crate::cache::manifest::WrittenFile;
 use crate::cache::writer::WriteError;
 
-use super::SplitParts;
 use super::rows::{encode, for_each_row};
+use super::{SplitParts, TokenFile};
 
 /// The split's token file, relative to the entry.
 pub fn data_file(split: &str) -> String {
@@ -27,32 +27,44 @@ pub fn mask_file(split: &str) -> String {
     format!("olmo/{split}.mask.npy")
 }
 
-/// Writes the split's token file, and its mask where rows are padded.
-pub fn write_split(entry_root: &Path, parts: &SplitParts, files: &mut Vec<WrittenFile>) -> Result<(), WriteError> {
-    let wide = parts.vocab_size > 1 << 16;
-    let mut data = HashedFile::create(&entry_root.join(data_file(parts.split)))?;
+/// Writes the split's token file, and its mask where rows are padded. `shared` is
+/// a file of the same bytes (the flat or Megatron tokens of the same width),
+/// hard-linked instead. Returns the token file's record.
+pub fn write_split(
+    entry_root: &Path,
+    parts: &SplitParts,
+    shared: Option<&WrittenFile>,
+    files: &mut Vec<WrittenFile>,
+) -> Result<WrittenFile, WriteError> {
+    let wide = parts.trainer_token_bytes() == 4;
+    let mut data = TokenFile::new(entry_root, &data_file(parts.split), shared)?;
     let mut mask = match parts.padded {
         true => Some(HashedFile::create(&entry_root.join(mask_file(parts.split)))?),
         false => None,
     };
     let mut block = Vec::new();
-    for_each_row(parts, |row| {
-        block.clear();
-        encode(row.tokens, wide, &mut block);
-        data.append(&block)?;
-        if let Some(mask) = &mut mask {
-            block.clear();
-            block.resize(row.tokens.len(), 0);
-            for &(start, length) in row.documents {
-                block[start as usize..(start + length) as usize].fill(1);
+    if data.writes() || mask.is_some() {
+        for_each_row(parts, |row| {
+            if data.writes() {
+                block.clear();
+                encode(row.tokens, wide, &mut block);
+                data.append(&block)?;
             }
-            mask.append(&block)?;
-        }
-        Ok(())
-    })?;
-    files.push(data.finish(data_file(parts.split))?);
+            if let Some(mask) = &mut mask {
+                block.clear();
+                block.resize(row.tokens.len(), 0);
+                for &(start, length) in row.documents {
+                    block[start as usize..(start + length) as usize].fill(1);
+                }
+                mask.append(&block)?;
+            }
+            Ok(())
+        })?;
+    }
+    let tokens = data.finish(entry_root, data_file(parts.split))?;
+    files.push(tokens.clone());
     if let Some(mask) = mask {
         files.push(mask.finish(mask_file(parts.split))?);
     }
-    Ok(())
+    Ok(tokens)
 }
