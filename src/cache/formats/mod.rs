@@ -32,7 +32,7 @@ use parts::token_size;
 
 /// A format's token file: written here, or a hard link to a file of the same bytes.
 enum TokenFile<'a> {
-    Written(crate::cache::hashed_file::HashedFile),
+    Written(Box<crate::cache::hashed_file::HashedFile>),
     Linked(&'a WrittenFile),
 }
 
@@ -40,7 +40,9 @@ impl<'a> TokenFile<'a> {
     fn new(entry_root: &Path, relative: &str, shared: Option<&'a WrittenFile>) -> Result<TokenFile<'a>, WriteError> {
         Ok(match shared {
             Some(shared) => TokenFile::Linked(shared),
-            None => TokenFile::Written(crate::cache::hashed_file::HashedFile::create(&entry_root.join(relative))?),
+            None => {
+                TokenFile::Written(Box::new(crate::cache::hashed_file::HashedFile::create(&entry_root.join(relative))?))
+            }
         })
     }
 
