@@ -568,6 +568,18 @@ impl Formats {
         self.extra.contains(&format)
     }
 
+    /// The type the formats' token parts are written in: the view's token type where a
+    /// format keeps it (Megatron, flat, LitData, MDS), else the width nanotron and OLMo
+    /// write (uint16 up to 65,536 tokens, else uint32), whose files are then the parts.
+    pub fn parts_type(&self, token_type: TokenType, vocab_size: u64) -> TokenType {
+        let keeps = [Format::Megatron, Format::Flat, Format::Litdata, Format::Mds];
+        match keeps.iter().any(|format| self.has(*format)) {
+            true => token_type,
+            false if vocab_size > 1 << 16 => TokenType::Uint32,
+            false => TokenType::Uint16,
+        }
+    }
+
     /// Formats written from each row's documents (the units record their pieces).
     pub fn reads_documents(&self) -> bool {
         self.has(Format::Nanotron) || self.has(Format::Olmo)

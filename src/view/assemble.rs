@@ -61,7 +61,7 @@ pub fn assemble(
         let parts = SplitParts {
             split: &split,
             units: &units,
-            token_type: recipe.output.token_type,
+            token_type: row_formats.parts_type(recipe.output.token_type, stores[0].manifest.tokenizer.vocab_size),
             documents,
             padded: recipe.sequence.pack == PackMode::BestFit,
             vocab_size: stores[0].manifest.tokenizer.vocab_size,

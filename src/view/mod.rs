@@ -249,7 +249,11 @@ pub fn derive(cache: &CacheLayout, recipe: &Recipe, source: &Source, making: &Ma
             build: &build,
             split,
             columns: Columns::new(token_type, recipe.sequence),
-            formats: FormatsPlan { formats: &row_formats, token_type, documents: documents(recipe.sequence) },
+            formats: FormatsPlan {
+                formats: &row_formats,
+                token_type: row_formats.parts_type(token_type, manifests[0].tokenizer.vocab_size),
+                documents: documents(recipe.sequence),
+            },
             target_shard_bytes: recipe.output.target_shard_bytes,
             pad_id,
         };

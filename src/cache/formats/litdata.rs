@@ -56,7 +56,7 @@ pub fn write_split(entry_root: &Path, parts: &SplitParts, files: &mut Vec<Writte
             (chunk, rows) = (chunk + 1, 0);
         }
         block.clear();
-        encode_tokens(row.tokens, parts.token_type, &mut block);
+        encode_tokens(row, parts.token_type, &mut block);
         open.append(&block)?;
         rows += 1;
         Ok(())

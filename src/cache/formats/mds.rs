@@ -76,13 +76,13 @@ pub fn write_split(entry_root: &Path, parts: &SplitParts, files: &mut Vec<Writte
             written.push(std::mem::replace(&mut open, next).finish(relative(shard))?);
             (shard, rows) = (shard + 1, 0);
         }
-        let length = row.tokens.len() as u32;
+        let length = row.len() as u32;
         let (code, width) = shape_width(length);
         block.clear();
         block.extend_from_slice(&((sample_bytes(length, size) - 4) as u32).to_le_bytes());
         block.push(1 << 2 | code);
         block.extend_from_slice(&length.to_le_bytes()[..width]);
-        encode_tokens(row.tokens, parts.token_type, &mut block);
+        encode_tokens(row, parts.token_type, &mut block);
         open.append(&block)?;
         rows += 1;
         Ok(())

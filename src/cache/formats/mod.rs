@@ -30,40 +30,32 @@ pub use parts::{TokenParts, UnitParts};
 
 use parts::token_size;
 
-/// A format's token file: written here, or a hard link to a file of the same bytes.
-enum TokenFile<'a> {
-    Written(Box<crate::cache::hashed_file::HashedFile>),
-    Linked(&'a WrittenFile),
-}
-
-impl<'a> TokenFile<'a> {
-    fn new(entry_root: &Path, relative: &str, shared: Option<&'a WrittenFile>) -> Result<TokenFile<'a>, WriteError> {
-        Ok(match shared {
-            Some(shared) => TokenFile::Linked(shared),
-            None => {
-                TokenFile::Written(Box::new(crate::cache::hashed_file::HashedFile::create(&entry_root.join(relative))?))
-            }
-        })
+/// A trainer format's token file (nanotron's, OLMo's): the ids of the rows end to end
+/// in uint16 or uint32 by the vocabulary. A hard link to `shared` (a file of the same
+/// bytes already in the entry), else the token parts themselves when they have that
+/// width, else the rows written again in it.
+fn trainer_tokens(
+    entry_root: &Path,
+    parts: &SplitParts,
+    shared: Option<&WrittenFile>,
+    relative: String,
+) -> Result<WrittenFile, WriteError> {
+    if let Some(shared) = shared {
+        return link_same(entry_root, shared, relative);
     }
-
-    /// Whether its bytes are to be written (not linked).
-    fn writes(&self) -> bool {
-        matches!(self, TokenFile::Written(_))
+    let path = entry_root.join(&relative);
+    let wide = parts.trainer_token_bytes() == 4;
+    if token_size(parts.token_type) == parts.trainer_token_bytes() {
+        return parts.join_tokens(&path, relative);
     }
-
-    fn append(&mut self, bytes: &[u8]) -> Result<(), WriteError> {
-        match self {
-            TokenFile::Written(file) => Ok(file.append(bytes)?),
-            TokenFile::Linked(_) => Ok(()),
-        }
-    }
-
-    fn finish(self, entry_root: &Path, relative: String) -> Result<WrittenFile, WriteError> {
-        match self {
-            TokenFile::Written(file) => Ok(file.finish(relative)?),
-            TokenFile::Linked(shared) => link_same(entry_root, shared, relative),
-        }
-    }
+    let mut file = crate::cache::hashed_file::HashedFile::create(&path)?;
+    let mut block = Vec::new();
+    rows::for_each_row(parts, |row| {
+        block.clear();
+        rows::encode(row, wide, &mut block);
+        Ok(file.append(&block)?)
+    })?;
+    Ok(file.finish(relative)?)
 }
 
 /// `relative` in the entry made a hard link to `shared`, a file of the same bytes

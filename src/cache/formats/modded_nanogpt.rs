@@ -38,7 +38,7 @@ pub fn write_split(entry_root: &Path, parts: &SplitParts, files: &mut Vec<Writte
             (shard, rows) = (shard + 1, 0);
         }
         block.clear();
-        encode(row.tokens, false, &mut block);
+        encode(row, false, &mut block);
         open.append(&block)?;
         rows += 1;
         Ok(())

@@ -16,16 +16,15 @@ use crate::cache::hashed_file::HashedFile;
 use crate::cache::manifest::WrittenFile;
 use crate::cache::writer::WriteError;
 
-use super::rows::{encode, for_each_row};
-use super::{SplitParts, TokenFile};
+use super::rows::for_each_layout;
+use super::{SplitParts, trainer_tokens};
 
 /// The split's token file, relative to the entry (the index and metadata add suffixes).
 pub fn data_file(split: &str) -> String {
     format!("nanotron/{split}/000_{split}.ds")
 }
 
-/// Writes the split's three files. `shared` is a file of the same token bytes
-/// (OLMo's, or the flat or Megatron tokens of the same width), hard-linked instead.
+/// Writes the split's three files (the tokens: see `trainer_tokens`).
 pub fn write_split(
     entry_root: &Path,
     parts: &SplitParts,
@@ -33,30 +32,23 @@ pub fn write_split(
     files: &mut Vec<WrittenFile>,
 ) -> Result<(), WriteError> {
     let relative = data_file(parts.split);
-    let wide = parts.trainer_token_bytes() == 4;
-    let mut data = TokenFile::new(entry_root, &relative, shared)?;
+    files.push(trainer_tokens(entry_root, parts, shared, relative.clone())?);
     let mut index = HashedFile::create(&entry_root.join(format!("{relative}.index")))?;
     let (mut written, mut block) = (0u64, Vec::new());
-    for_each_row(parts, |row| {
-        if data.writes() {
-            block.clear();
-            encode(row.tokens, wide, &mut block);
-            data.append(&block)?;
-        }
+    for_each_layout(parts, |length, documents| {
         block.clear();
-        for &(start, length) in row.documents {
-            block.extend_from_slice(&(written + u64::from(start) + u64::from(length)).to_le_bytes());
+        for &(start, piece) in documents {
+            block.extend_from_slice(&(written + u64::from(start) + u64::from(piece)).to_le_bytes());
         }
-        index.append(&block)?;
-        written += row.tokens.len() as u64;
-        Ok(())
+        written += u64::from(length);
+        Ok(index.append(&block)?)
     })?;
-    files.push(data.finish(entry_root, relative.clone())?);
     files.push(index.finish(format!("{relative}.index"))?);
     // nanotron splits the first line at '|' and loads the name with AutoTokenizer.
     let name = parts.tokenizer.strip_prefix("builtin ").unwrap_or(parts.tokenizer).replace(['|', '\n'], "_");
+    let bytes = parts.trainer_token_bytes();
     let mut metadata = HashedFile::create(&entry_root.join(format!("{relative}.metadata")))?;
-    metadata.append(format!("{name}|{}\n{written}\n{written} tokens", if wide { 4 } else { 2 }).as_bytes())?;
+    metadata.append(format!("{name}|{bytes}\n{written}\n{written} tokens").as_bytes())?;
     files.push(metadata.finish(format!("{relative}.metadata"))?);
     Ok(())
 }

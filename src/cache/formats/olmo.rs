@@ -14,8 +14,8 @@ use crate::cache::hashed_file::HashedFile;
 use crate::cache::manifest::WrittenFile;
 use crate::cache::writer::WriteError;
 
-use super::rows::{encode, for_each_row};
-use super::{SplitParts, TokenFile};
+use super::rows::for_each_layout;
+use super::{SplitParts, trainer_tokens};
 
 /// The split's token file, relative to the entry.
 pub fn data_file(split: &str) -> String {
@@ -27,43 +27,27 @@ pub fn mask_file(split: &str) -> String {
     format!("olmo/{split}.mask.npy")
 }
 
-/// Writes the split's token file, and its mask where rows are padded. `shared` is
-/// a file of the same bytes (the flat or Megatron tokens of the same width),
-/// hard-linked instead. Returns the token file's record.
+/// Writes the split's token file (see `trainer_tokens`), and its mask where rows are
+/// padded. Returns the token file's record.
 pub fn write_split(
     entry_root: &Path,
     parts: &SplitParts,
     shared: Option<&WrittenFile>,
     files: &mut Vec<WrittenFile>,
 ) -> Result<WrittenFile, WriteError> {
-    let wide = parts.trainer_token_bytes() == 4;
-    let mut data = TokenFile::new(entry_root, &data_file(parts.split), shared)?;
-    let mut mask = match parts.padded {
-        true => Some(HashedFile::create(&entry_root.join(mask_file(parts.split)))?),
-        false => None,
-    };
-    let mut block = Vec::new();
-    if data.writes() || mask.is_some() {
-        for_each_row(parts, |row| {
-            if data.writes() {
-                block.clear();
-                encode(row.tokens, wide, &mut block);
-                data.append(&block)?;
-            }
-            if let Some(mask) = &mut mask {
-                block.clear();
-                block.resize(row.tokens.len(), 0);
-                for &(start, length) in row.documents {
-                    block[start as usize..(start + length) as usize].fill(1);
-                }
-                mask.append(&block)?;
-            }
-            Ok(())
-        })?;
-    }
-    let tokens = data.finish(entry_root, data_file(parts.split))?;
+    let tokens = trainer_tokens(entry_root, parts, shared, data_file(parts.split))?;
     files.push(tokens.clone());
-    if let Some(mask) = mask {
+    if parts.padded {
+        let mut mask = HashedFile::create(&entry_root.join(mask_file(parts.split)))?;
+        let mut block = Vec::new();
+        for_each_layout(parts, |length, documents| {
+            block.clear();
+            block.resize(length as usize, 0);
+            for &(start, length) in documents {
+                block[start as usize..(start + length) as usize].fill(1);
+            }
+            Ok(mask.append(&block)?)
+        })?;
         files.push(mask.finish(mask_file(parts.split))?);
     }
     Ok(tokens)

@@ -1,6 +1,7 @@
-//! A split's rows read back from its units' parts, in order, each with the runs of
-//! documents inside it: what the trainer formats that re-encode tokens (another
-//! dtype, a header, a mask) are written from.
+//! A split's rows read back from its units' parts, in order: their ids, or only
+//! their lengths and runs of documents; what the trainer formats that re-encode
+//! tokens (another dtype, a header) or describe rows (a mask, document ends) are
+//! written from.
 
 use std::fs::File;
 use std::io::{BufReader, Read};
@@ -12,39 +13,22 @@ use crate::spec::TokenType;
 use super::SplitParts;
 use super::parts::{for_each_length, for_each_record, token_size};
 
-/// One row: its ids (padding included) and each run of one document in it, as
-/// (start in the row, length); padding is in none.
-pub struct PartRow<'a> {
-    pub tokens: &'a [u32],
-    pub documents: &'a [(u32, u32)],
-}
-
-/// Calls `each` with every row of the split. The parts must record document pieces
-/// (`FormatsPlan::pieces`).
+/// Calls `each` with every row's ids (padding included) of the split, in order.
 pub fn for_each_row(
     parts: &SplitParts,
-    mut each: impl FnMut(PartRow) -> Result<(), WriteError>,
+    mut each: impl FnMut(&[u32]) -> Result<(), WriteError>,
 ) -> Result<(), WriteError> {
     let size = token_size(parts.token_type) as usize;
-    let (mut bytes, mut tokens, mut documents) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut bytes, mut tokens) = (Vec::new(), Vec::new());
     for unit in parts.units {
-        let pieces = unit_pieces(unit.pieces.as_deref())?;
         let path = &unit.tokens.0;
         let mut input = BufReader::with_capacity(1 << 20, File::open(path).map_err(IoError::at("reading", path))?);
-        let (mut start, mut next_piece) = (0u64, 0usize);
         for_each_length(std::slice::from_ref(&unit.lengths), |length| {
             bytes.resize(length as usize * size, 0);
             input.read_exact(&mut bytes).map_err(IoError::at("reading", path))?;
             tokens.clear();
             decode(&bytes, parts.token_type, &mut tokens);
-            let end = start + u64::from(length);
-            documents.clear();
-            while let Some(&(piece_start, piece_length)) = pieces.get(next_piece).filter(|(at, _)| *at < end) {
-                documents.push(((piece_start - start) as u32, piece_length));
-                next_piece += 1;
-            }
-            start = end;
-            each(PartRow { tokens: &tokens, documents: &documents })
+            each(&tokens)
         })?;
     }
     Ok(())
@@ -110,6 +94,30 @@ impl<'a> Lengths<'a> {
             self.input = Some((BufReader::with_capacity(1 << 16, file), path));
         }
     }
+}
+
+/// Calls `each` with every row's length and its runs of documents, in order,
+/// without reading its tokens.
+pub fn for_each_layout(
+    parts: &SplitParts,
+    mut each: impl FnMut(u32, &[(u32, u32)]) -> Result<(), WriteError>,
+) -> Result<(), WriteError> {
+    let mut documents = Vec::new();
+    for unit in parts.units {
+        let pieces = unit_pieces(unit.pieces.as_deref())?;
+        let (mut start, mut next_piece) = (0u64, 0usize);
+        for_each_length(std::slice::from_ref(&unit.lengths), |length| {
+            let end = start + u64::from(length);
+            documents.clear();
+            while let Some(&(piece_start, piece_length)) = pieces.get(next_piece).filter(|(at, _)| *at < end) {
+                documents.push(((piece_start - start) as u32, piece_length));
+                next_piece += 1;
+            }
+            start = end;
+            each(length, &documents)
+        })?;
+    }
+    Ok(())
 }
 
 /// A unit's document pieces, (start in tokens from the unit's first, length).
