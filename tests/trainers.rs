@@ -12,7 +12,7 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use common::observe::{prepare_traced, scramble};
+use common::observe::{entry_files, prepare_traced, scramble};
 use common::{TestEnv, describe, gpt2_spec, python_script};
 
 fn trainers_python() -> Option<PathBuf> {
@@ -131,7 +131,7 @@ fn a_trainer_format_added_to_a_prepared_spec_opens_no_input_and_tokenizes_nothin
     let env = TestEnv::new();
     let inputs = env.shards("data", "train", 2, 60, 9);
     let base = env.write("base.toml", gpt2_spec("base", "data/*.jsonl.zst", "[sequence]\nseq_len = 64\n"));
-    env.prepare(&base, &[]);
+    let base_entry = PathBuf::from(env.prepare(&base, &[])["entry"].as_str().unwrap());
     let restores: Vec<_> = inputs.iter().map(|input| scramble(input)).collect();
     let view = "[sequence]\nseq_len = 64\n[output]\nformats = [\"nanotron\", \"olmo\", \"litdata\", \"mds\", \"modded_nanogpt\"]\n";
     let spec = env.write("trainers.toml", gpt2_spec("trainers", "data/*.jsonl.zst", view));
@@ -155,6 +155,23 @@ fn a_trainer_format_added_to_a_prepared_spec_opens_no_input_and_tokenizes_nothin
     }
     let metadata = std::fs::read_to_string(entry.join("nanotron/train/000_train.ds.metadata")).unwrap();
     assert!(metadata.starts_with("gpt2|2\n"), "{metadata}");
+    // The same rows as the prepared view: its Arrow files are linked, not written again.
+    use std::os::unix::fs::MetadataExt;
+    let arrow = |entry: &Path| -> Vec<(String, u64)> {
+        let mut files: Vec<(String, u64)> = std::fs::read_dir(entry.join("train"))
+            .unwrap()
+            .flatten()
+            .filter(|file| file.file_name().to_string_lossy().ends_with(".arrow"))
+            .map(|file| (file.file_name().to_string_lossy().into_owned(), file.metadata().unwrap().ino()))
+            .collect();
+        files.sort();
+        files
+    };
+    assert_eq!(arrow(entry), arrow(&base_entry), "the Arrow files are the prepared view's");
+    // And every byte is what a build from scratch writes.
+    let fresh = env.prepare(&spec, &["--cache", env.path("fresh-cache").to_str().unwrap()]);
+    assert_eq!(fresh["fingerprint"], prepared["fingerprint"]);
+    assert_eq!(entry_files(entry), entry_files(Path::new(fresh["entry"].as_str().unwrap())));
 }
 
 #[test]

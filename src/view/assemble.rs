@@ -34,6 +34,8 @@ pub struct Made<'a> {
     /// The token store, or a mixture's components' stores in order.
     pub stores: &'a [TokenStore<'a>],
     pub mixing: Option<&'a Mixing<'a>>,
+    /// A published view of the same rows, whose Arrow files this one links.
+    pub twin: Option<&'a TokenStore<'a>>,
     pub view_seconds: f64,
 }
 
@@ -55,7 +57,10 @@ pub fn assemble(
     let mut stats = PlanStats::default();
     let mut uses = Vec::new();
     for (split, output) in outputs {
-        let data_files = link_arrow_parts(build, &assembly, &split, &output, &columns, &short, &mut files)?;
+        let data_files = match made.twin {
+            Some(twin) => link_twin_arrow(twin, &assembly, &split, &columns, &short, &mut files)?,
+            None => link_arrow_parts(build, &assembly, &split, &output, &columns, &short, &mut files)?,
+        };
         let units: Vec<UnitParts> = output.units.iter().filter_map(|unit| unit.formats.clone()).collect();
         let documents = super::documents(recipe.sequence);
         let parts = SplitParts {
@@ -174,6 +179,42 @@ fn link_arrow_parts(
     Ok(names.iter().map(|name| format!("{split}/{name}")).collect())
 }
 
+/// Links the twin's Arrow files of a split into the assembly (see `twin`) and writes
+/// the split's metadata; returns its data files, relative to the entry.
+fn link_twin_arrow(
+    twin: &TokenStore,
+    assembly: &EntryLayout,
+    split: &str,
+    columns: &Columns,
+    short: &str,
+    files: &mut Vec<WrittenFile>,
+) -> Result<Vec<String>, ViewError> {
+    let split_dir = assembly.split_dir(split);
+    fsutil::create_dir_all(&split_dir).map_err(IoError::at("creating", &split_dir))?;
+    let data_files = twin.manifest.splits.get(split).map(|record| record.data_files.clone()).unwrap_or_default();
+    let mut names = Vec::new();
+    for relative in &data_files {
+        let name = relative.strip_prefix(&format!("{split}/")).unwrap_or_default().to_string();
+        // The twin's manifest is another's file: a name that is not a plain one in the split is damage.
+        if let Err(problem) = crate::fsutil::untrusted::check_name(&name) {
+            return Err(ViewError::DamagedView {
+                view: twin.root().to_path_buf(),
+                file: "manifest.json".into(),
+                problem: format!("lists {relative:?} for split {split}: {problem}"),
+            });
+        }
+        let record = twin.place(relative, &split_dir.join(&name))?;
+        files.push(WrittenFile { path: format!("{split}/{name}"), ..record.clone() });
+        names.push(name);
+    }
+    writer::write_split_metadata(&split_dir, split, &names, columns, short)
+        .map_err(IoError::at("writing the split metadata in", &split_dir))?;
+    for metadata in ["dataset_info.json", "state.json"] {
+        files.push(hash_small_file(assembly.root(), &format!("{split}/{metadata}"))?);
+    }
+    Ok(names.iter().map(|name| format!("{split}/{name}")).collect())
+}
+
 /// The token store's `tokenizer.json`, and a `tokenizer_config.json` with the view's row length.
 fn tokenizer_files(made: &Made) -> Result<Vec<(&'static str, String)>, ViewError> {
     let store = &made.stores[0];
@@ -197,7 +238,7 @@ fn manifest(
     files: Vec<WrittenFile>,
     stats: &PlanStats,
 ) -> Manifest {
-    let Made { recipe, making, stores, mixing, view_seconds } = *made;
+    let Made { recipe, making, stores, mixing, view_seconds, .. } = *made;
     let store = &stores[0];
     let mut totals = Totals { bytes: files.iter().map(|f| f.size).sum(), ..Totals::default() };
     splits.values().for_each(|split| totals.counts.add(&split.counts));

@@ -15,6 +15,7 @@
 //! - `interleave`: a mixture's rows, several components' interleaved by weight.
 //! - `gather`: a row's tokens, read from the token store's files.
 //! - `write`: one unit of rows written as Arrow files and format parts.
+//! - `twin`: a published view of the same rows, whose Arrow files a new view links.
 //! - `assemble`: the units put together as an entry, and its manifest.
 //! - here: the whole view, claimed among racing prepares, derived and published.
 
@@ -27,6 +28,7 @@ pub mod plan;
 pub mod rows;
 pub mod shuffle;
 mod store;
+mod twin;
 mod write;
 
 use std::collections::BTreeMap;
@@ -64,6 +66,11 @@ pub enum ViewError {
         "token store {store} is damaged: {file} {problem}; `ferry prepare SPEC --rebuild-tokens` removes it and tokenizes again"
     )]
     DamagedStore { store: PathBuf, file: String, problem: String },
+    #[error(
+        "the view {view} whose Arrow files this view shares is damaged: {file} {problem}; `ferry verify` checks it, \
+         and `ferry gc` removes what fails"
+    )]
+    DamagedView { view: PathBuf, file: String, problem: String },
     #[error("the token store {path} was removed before the view could read it; run prepare again")]
     StoreGone { path: PathBuf },
     #[error(
@@ -180,6 +187,14 @@ impl Source<'_> {
         }
     }
 
+    /// The token store's full fingerprint; none for a mixture (its canonical form names its stores).
+    fn store_fingerprint(&self) -> Option<&str> {
+        match self {
+            Source::Store(store) => Some(store.fingerprint.as_str()),
+            Source::Mixture(_) => None,
+        }
+    }
+
     fn splits(&self) -> Vec<String> {
         match self {
             Source::Store(store) => store.splits.keys().cloned().collect(),
@@ -220,13 +235,11 @@ pub fn derive(cache: &CacheLayout, recipe: &Recipe, source: &Source, making: &Ma
     let pad_id = pad_id(cache, recipe, manifests[0])?;
     let short = making.fingerprint.short();
     // Held while the view reads the token stores: gc keeps them meanwhile.
-    let lease =
-        |short: &str, kind| Lease::acquire(cache, short, kind).map_err(IoError::at("taking a lease in", cache.root()));
-    let mut _leases = Vec::new();
-    for store in &manifests {
-        _leases.push(lease(store.short_fingerprint(), "derive")?);
-    }
-    _leases.push(lease(&short, "build")?);
+    let mut _leases = manifests
+        .iter()
+        .map(|store| lease(cache, store.short_fingerprint(), "derive"))
+        .collect::<Result<Vec<_>, _>>()?;
+    _leases.push(lease(cache, &short, "build")?);
     let claims = Claims::new(cache.liveness());
     let claimed = match claim(cache, &claims, &making.fingerprint)? {
         Claimed::Ours(guard) => guard,
@@ -234,6 +247,12 @@ pub fn derive(cache: &CacheLayout, recipe: &Recipe, source: &Source, making: &Ma
     };
     let stores: Vec<TokenStore> =
         manifests.iter().map(|manifest| TokenStore::open(cache, manifest)).collect::<Result<_, _>>()?;
+    // A view of the same rows already published: its Arrow files are this one's.
+    let twin_manifest = twin::find(cache, recipe, source.store_fingerprint(), &short);
+    if let Some(manifest) = &twin_manifest {
+        _leases.push(lease(cache, manifest.short_fingerprint(), "derive")?);
+    }
+    let twin = twin_manifest.as_ref().map(|manifest| TokenStore::open_view(cache, manifest)).transpose()?;
     let build = cache.build(&short);
     // What a deriver that died here left.
     untrusted::remove_tree_below(cache.root(), &Path::new(BUILDING_DIR).join(&short).join("parts"))
@@ -256,6 +275,7 @@ pub fn derive(cache: &CacheLayout, recipe: &Recipe, source: &Source, making: &Ma
             },
             target_shard_bytes: recipe.output.target_shard_bytes,
             pad_id,
+            arrow: twin.is_none(),
         };
         let output = match source {
             Source::Store(_) => pool.install(|| derive_split(&stores[0], &context, recipe.sequence))?,
@@ -270,8 +290,8 @@ pub fn derive(cache: &CacheLayout, recipe: &Recipe, source: &Source, making: &Ma
         Source::Mixture(mixing) => Some(*mixing),
         Source::Store(_) => None,
     };
-    let made =
-        assemble::Made { recipe, making, stores: &stores, mixing, view_seconds: started.elapsed().as_secs_f64() };
+    let view_seconds = started.elapsed().as_secs_f64();
+    let made = assemble::Made { recipe, making, stores: &stores, mixing, twin: twin.as_ref(), view_seconds };
     let (assembly, mut manifest) = assemble::assemble(&build, &made, outputs)?;
     manifest.timings.publish_seconds = publish_started.elapsed().as_secs_f64();
     manifest.timings.total_seconds = making.hash_seconds + making.tokenize_seconds + started.elapsed().as_secs_f64();
@@ -285,6 +305,11 @@ pub fn derive(cache: &CacheLayout, recipe: &Recipe, source: &Source, making: &Ma
     drop(claimed);
     let _ = untrusted::remove_tree_below(cache.root(), &Path::new(BUILDING_DIR).join(&short));
     Ok(Derived { entry, manifest, built: won })
+}
+
+/// A lease of `kind` on the entry `short`: gc keeps it while this view is made.
+fn lease(cache: &CacheLayout, short: &str, kind: &str) -> Result<Lease, ViewError> {
+    Ok(Lease::acquire(cache, short, kind).map_err(IoError::at("taking a lease in", cache.root()))?)
 }
 
 /// Rows hold documents a reader keeps apart: the formats record their pieces.

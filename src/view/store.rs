@@ -15,12 +15,15 @@ use crate::fsutil::untrusted::Dir;
 use super::ViewError;
 use super::rows::document_offsets;
 
-/// A published token store, opened.
+/// A published token store, opened; or a published view whose Arrow files another
+/// view of the same rows links (`open_view`).
 pub struct TokenStore<'a> {
     pub manifest: &'a Manifest,
     pub dtype: StoreDtype,
     dir: Dir,
     files: HashMap<&'a str, &'a WrittenFile>,
+    /// A view opened for its files, not a token store: damage is said of it so.
+    view: bool,
 }
 
 /// One shard's documents, checked: the open `.bin` and where each document starts.
@@ -56,7 +59,18 @@ impl<'a> TokenStore<'a> {
             return Err(damaged(format!("records ids as {dtype:?} for a vocabulary of {vocab_size}")));
         }
         let files = manifest.files.iter().map(|file| (file.path.as_str(), file)).collect();
-        Ok(TokenStore { manifest, dtype, dir, files })
+        Ok(TokenStore { manifest, dtype, dir, files, view: false })
+    }
+
+    /// A published view, opened to link its files into a view of the same rows.
+    pub fn open_view(cache: &CacheLayout, manifest: &'a Manifest) -> Result<TokenStore<'a>, ViewError> {
+        let short = manifest.short_fingerprint();
+        let path = cache.entry(short).root().to_path_buf();
+        let dir = Dir::open(cache.root())
+            .and_then(|root| root.open_dir(Path::new(ENTRIES_DIR).join(short)))
+            .map_err(IoError::at("opening the view", &path))?;
+        let files = manifest.files.iter().map(|file| (file.path.as_str(), file)).collect();
+        Ok(TokenStore { manifest, dtype: StoreDtype::Int32, dir, files, view: true })
     }
 
     pub fn root(&self) -> &Path {
@@ -69,7 +83,11 @@ impl<'a> TokenStore<'a> {
     }
 
     fn damaged(&self, file: &str, problem: String) -> ViewError {
-        ViewError::DamagedStore { store: self.root().to_path_buf(), file: file.to_string(), problem }
+        let (file, problem) = (file.to_string(), problem);
+        match self.view {
+            true => ViewError::DamagedView { view: self.root().to_path_buf(), file, problem },
+            false => ViewError::DamagedStore { store: self.root().to_path_buf(), file, problem },
+        }
     }
 
     fn record(&self, relative: &str) -> Result<&'a WrittenFile, ViewError> {

@@ -21,6 +21,8 @@ pub struct UnitContext<'a> {
     pub formats: FormatsPlan<'a>,
     pub target_shard_bytes: u64,
     pub pad_id: u32,
+    /// Whether the units write Arrow files (not when another view's are linked).
+    pub arrow: bool,
 }
 
 /// What one unit wrote.
@@ -41,7 +43,9 @@ pub fn write_unit(
     in_order: bool,
 ) -> Result<UnitOutput, ViewError> {
     let UnitContext { build, split, .. } = *context;
-    let arrow = PartWriter::new(context.columns, context.target_shard_bytes, |part| build.view_part(split, unit, part));
+    let arrow = context.arrow.then(|| {
+        PartWriter::new(context.columns, context.target_shard_bytes, move |part| build.view_part(split, unit, part))
+    });
     let mut sink = RowSink::new(arrow, context.formats, |kind| build.view_format_part(split, unit, kind))?;
     let mut gather = Gather::new(shards, in_order);
     let (mut tokens, mut starts) = (Vec::new(), Vec::new());

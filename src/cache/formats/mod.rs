@@ -70,7 +70,8 @@ fn link_same(entry_root: &Path, shared: &WrittenFile, relative: String) -> Resul
 /// Receives every row a view unit produces and fans it out to the Arrow writer and,
 /// when extra formats are asked for, to the unit's token parts.
 pub struct RowSink<F: Fn(usize) -> PathBuf> {
-    arrow: PartWriter<F>,
+    /// None where the view links another view's Arrow files (the same rows).
+    arrow: Option<PartWriter<F>>,
     tokens: Option<TokenParts>,
 }
 
@@ -91,7 +92,11 @@ pub struct FormatsPlan<'a> {
 
 impl<F: Fn(usize) -> PathBuf> RowSink<F> {
     /// `part(kind)` names the unit's token part of that kind.
-    pub fn new(arrow: PartWriter<F>, plan: FormatsPlan, part: impl Fn(&str) -> PathBuf) -> Result<Self, WriteError> {
+    pub fn new(
+        arrow: Option<PartWriter<F>>,
+        plan: FormatsPlan,
+        part: impl Fn(&str) -> PathBuf,
+    ) -> Result<Self, WriteError> {
         let pieces = plan.documents || plan.formats.reads_documents();
         let tokens = match plan.formats.any_extra() {
             true => Some(TokenParts::create(&part, plan.token_type, pieces)?),
@@ -104,7 +109,10 @@ impl<F: Fn(usize) -> PathBuf> RowSink<F> {
         if let Some(tokens) = &mut self.tokens {
             tokens.push_row(row)?;
         }
-        self.arrow.push_row(row)
+        match &mut self.arrow {
+            Some(arrow) => arrow.push_row(row),
+            None => Ok(()),
+        }
     }
 
     pub fn finish(self) -> Result<SinkFiles, WriteError> {
@@ -112,7 +120,11 @@ impl<F: Fn(usize) -> PathBuf> RowSink<F> {
             Some(tokens) => Some(tokens.finish()?),
             None => None,
         };
-        Ok(SinkFiles { arrow: self.arrow.finish()?, formats })
+        let arrow = match self.arrow {
+            Some(arrow) => arrow.finish()?,
+            None => Vec::new(),
+        };
+        Ok(SinkFiles { arrow, formats })
     }
 }
 
