@@ -114,11 +114,17 @@ if [ -z "${FERRY_TEST_MEGATRON_PYTHON:-}" ]; then
 elif ! "$trainers_venv/bin/python" -c "$trainers_import" 2>/dev/null; then
   say "installing datatrove, ai2-olmo-core, litdata and mosaicml-streaming in $trainers_venv (torch from $megatron_venv)"
   site=$("$megatron_venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+  pip=("$trainers_venv/bin/pip" install --quiet --disable-pip-version-check)
+  # One package at a time: asked together, pip's resolver backtracks through their
+  # conflicting pins (huggingface-hub) for many minutes; one after another, each
+  # install keeps what the earlier ones put there where it can, and all import.
   if python3 -m venv "$trainers_venv" \
     && echo "$site" >"$("$trainers_venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/megatron-venv.pth" \
-    && "$trainers_venv/bin/pip" install --quiet --disable-pip-version-check datatrove "cached-path>=1.7.2" pyyaml \
-      "dataclass-extensions>=0.3.0" rich safetensors importlib_resources bettermap litdata mosaicml-streaming \
-    && "$trainers_venv/bin/pip" install --quiet --disable-pip-version-check --no-deps ai2-olmo-core \
+    && "${pip[@]}" datatrove "cached-path>=1.7.2" pyyaml "dataclass-extensions>=0.3.0" rich safetensors \
+      importlib_resources bettermap \
+    && "${pip[@]}" --no-deps ai2-olmo-core \
+    && "${pip[@]}" litdata \
+    && "${pip[@]}" mosaicml-streaming \
     && "$trainers_venv/bin/python" -c "$trainers_import" 2>/dev/null; then
     :
   else
