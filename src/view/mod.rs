@@ -430,26 +430,38 @@ fn derive_split(store: &TokenStore, context: &UnitContext, sequence: &SequenceSp
             crate::fsutil::raise_open_files_limit();
             let shards: Vec<StoreShard> =
                 files.par_iter().map(|bin| store.load_shard(bin)).collect::<Result<_, _>>()?;
-            let plans: Vec<Plan> = shards
-                .par_iter()
-                .enumerate()
-                .map(|(index, shard)| plan::plan_shard(sequence.pack, seq_len, index as u32, &shard.offsets))
-                .collect();
             let mut plan = Plan::default();
-            plans.into_iter().for_each(|shard_plan| plan.append(shard_plan));
+            plan_shards(&shards, sequence).into_iter().for_each(|shard_plan| plan.append(shard_plan));
             stats = plan.stats;
-            let order = shuffle::permutation(plan.rows.len(), seed);
-            plan.runs_in(&order, UNIT_TOKENS)
-                .into_par_iter()
-                .enumerate()
-                .map(|(chunk, run)| {
-                    let rows = order[run].iter().copied();
-                    write_unit(context, (0, chunk), &plan, rows, &shards, false)
-                })
-                .collect::<Result<Vec<_>, _>>()?
+            write_in_order(context, &plan, &shuffle::permutation(plan.rows.len(), seed), &shards)?
         }
     };
     Ok(SplitOutput { units, stats, used: None })
+}
+
+/// Each shard's rows planned (shard `i` as piece shard `i`), on the current pool.
+fn plan_shards(shards: &[StoreShard], sequence: &SequenceSpec) -> Vec<Plan> {
+    let seq_len = sequence.seq_len as u32;
+    shards
+        .par_iter()
+        .enumerate()
+        .map(|(index, shard)| plan::plan_shard(sequence.pack, seq_len, index as u32, &shard.offsets))
+        .collect()
+}
+
+/// The plan's rows taken in `order` (indices into its rows, repeats allowed), written
+/// in parallel units of consecutive rows of that order; each piece read where it lies.
+fn write_in_order(
+    context: &UnitContext,
+    plan: &Plan,
+    order: &[usize],
+    shards: &[StoreShard],
+) -> Result<Vec<UnitOutput>, ViewError> {
+    plan.runs_in(order, UNIT_TOKENS)
+        .into_par_iter()
+        .enumerate()
+        .map(|(chunk, run)| write_unit(context, (0, chunk), plan, order[run].iter().copied(), shards, false))
+        .collect()
 }
 
 /// Derives one split of a mixture on the current pool: every component's rows
@@ -466,15 +478,9 @@ fn derive_mixed_split(
         stores.iter().flat_map(|store| store.shard_files(split).iter().map(move |bin| (store, bin))).collect();
     let shards: Vec<StoreShard> =
         files.par_iter().map(|(store, bin)| store.load_shard(bin)).collect::<Result<_, _>>()?;
-    let seq_len = sequence.seq_len as u32;
-    let plans: Vec<Plan> = shards
-        .par_iter()
-        .enumerate()
-        .map(|(index, shard)| plan::plan_shard(sequence.pack, seq_len, index as u32, &shard.offsets))
-        .collect();
     let mut plan = Plan::default();
     let mut components = Vec::new();
-    let mut plans = plans.into_iter();
+    let mut plans = plan_shards(&shards, sequence).into_iter();
     for (store, &(weight, max_epochs)) in stores.iter().zip(&mixing.components) {
         let start = plan.rows.len();
         for shard_plan in plans.by_ref().take(store.shard_files(split).len()) {
@@ -495,12 +501,7 @@ fn derive_mixed_split(
             needed: short.tokens_needed,
             epochs: short.epochs,
         })?;
-    let units = plan
-        .runs_in(&order, UNIT_TOKENS)
-        .into_par_iter()
-        .enumerate()
-        .map(|(chunk, run)| write_unit(context, (0, chunk), &plan, order[run].iter().copied(), &shards, false))
-        .collect::<Result<Vec<_>, _>>()?;
+    let units = write_in_order(context, &plan, &order, &shards)?;
     let mut stats = PlanStats::default();
     for &row in &order {
         let row = &plan.rows[row];
