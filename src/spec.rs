@@ -278,13 +278,7 @@ pub fn deserialize_size<'de, D: Deserializer<'de>>(deserializer: D) -> Result<u6
 impl Spec {
     /// Reads and validates a spec file.
     pub fn load(path: &Path) -> Result<Spec, SpecError> {
-        let text =
-            std::fs::read_to_string(path).map_err(|source| SpecError::Read { path: path.to_path_buf(), source })?;
-        let base_dir = path
-            .canonicalize()
-            .ok()
-            .and_then(|p| p.parent().map(Path::to_path_buf))
-            .unwrap_or_else(|| PathBuf::from("."));
+        let (text, base_dir) = read_spec_file(path)?;
         Spec::parse(&text, path, base_dir)
     }
 
@@ -406,6 +400,15 @@ pub fn view_canonical(sequence: &SequenceSpec, output: &OutputSpec) -> serde_jso
             "formats": output.formats.canonical(),
         },
     })
+}
+
+/// A spec file's text, and the directory its relative paths are resolved against
+/// (the file's own).
+pub fn read_spec_file(path: &Path) -> Result<(String, PathBuf), SpecError> {
+    let text = std::fs::read_to_string(path).map_err(|source| SpecError::Read { path: path.to_path_buf(), source })?;
+    let base_dir =
+        path.canonicalize().ok().and_then(|p| p.parent().map(Path::to_path_buf)).unwrap_or_else(|| PathBuf::from("."));
+    Ok((text, base_dir))
 }
 
 /// Combinations of packing options a trainer could not use.

@@ -22,7 +22,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Deserializer};
 
-use crate::spec::{OutputSpec, SequenceSpec, Spec, SpecError, check_component, check_sequence};
+use crate::spec::{OutputSpec, SequenceSpec, Spec, SpecError, check_component, check_sequence, read_spec_file};
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -152,13 +152,7 @@ pub enum AnySpec {
 
 impl AnySpec {
     pub fn load(path: &Path) -> Result<AnySpec, SpecError> {
-        let text =
-            std::fs::read_to_string(path).map_err(|source| SpecError::Read { path: path.to_path_buf(), source })?;
-        let base_dir = path
-            .canonicalize()
-            .ok()
-            .and_then(|p| p.parent().map(Path::to_path_buf))
-            .unwrap_or_else(|| PathBuf::from("."));
+        let (text, base_dir) = read_spec_file(path)?;
         let is_mixture = toml::from_str::<toml::Table>(&text).is_ok_and(|table| table.contains_key("mix"));
         Ok(match is_mixture {
             true => AnySpec::Mixture(Box::new(MixtureSpec::parse(&text, path, base_dir)?)),

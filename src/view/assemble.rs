@@ -171,12 +171,7 @@ fn link_arrow_parts(
         files.push(WrittenFile { path: format!("{split}/{name}"), ..part.clone() });
         names.push(name);
     }
-    writer::write_split_metadata(&split_dir, split, &names, columns, short)
-        .map_err(IoError::at("writing the split metadata in", &split_dir))?;
-    for metadata in ["dataset_info.json", "state.json"] {
-        files.push(hash_small_file(assembly.root(), &format!("{split}/{metadata}"))?);
-    }
-    Ok(names.iter().map(|name| format!("{split}/{name}")).collect())
+    split_metadata(assembly, split, &names, columns, short, files)
 }
 
 /// Links the twin's Arrow files of a split into the assembly (see `twin`) and writes
@@ -207,7 +202,21 @@ fn link_twin_arrow(
         files.push(WrittenFile { path: format!("{split}/{name}"), ..record.clone() });
         names.push(name);
     }
-    writer::write_split_metadata(&split_dir, split, &names, columns, short)
+    split_metadata(assembly, split, &names, columns, short, files)
+}
+
+/// Writes a split's `datasets` metadata for its data files `names` and records it;
+/// returns the data files, relative to the entry.
+fn split_metadata(
+    assembly: &EntryLayout,
+    split: &str,
+    names: &[String],
+    columns: &Columns,
+    short: &str,
+    files: &mut Vec<WrittenFile>,
+) -> Result<Vec<String>, ViewError> {
+    let split_dir = assembly.split_dir(split);
+    writer::write_split_metadata(&split_dir, split, names, columns, short)
         .map_err(IoError::at("writing the split metadata in", &split_dir))?;
     for metadata in ["dataset_info.json", "state.json"] {
         files.push(hash_small_file(assembly.root(), &format!("{split}/{metadata}"))?);
