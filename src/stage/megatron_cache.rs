@@ -10,11 +10,12 @@
 //! its node's link, and every rank reads them through its own, with no flag given.
 //! Megatron names the index files by a hash of their description, which holds the
 //! data's path: the nodes must stage at the same path, as `$SLURM_TMPDIR/ferry` is on
-//! each node of a job. The folder is the user's own (mode 0700): Megatron loads the
-//! indexes with pickling allowed, so no one else may write them.
+//! each node of a job. The folder is the user's own (mode 0700) in a sticky one:
+//! Megatron loads the indexes with pickling allowed, so no one else may write them
+//! or swap the folder for their own.
 
 use std::io;
-use std::os::unix::fs::{DirBuilderExt, MetadataExt};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
 use std::path::PathBuf;
 
 use crate::cache::layout::CacheLayout;
@@ -55,25 +56,38 @@ fn link_prefixes(cache: &CacheLayout, plan: &StagePlan, prefixes: &[&str]) -> io
     Ok(())
 }
 
-/// `<cache>/megatron-cache/<uid>`, made this user's alone (0700), and checked to be
-/// a real folder of theirs: a link or another user's folder there is refused.
+/// `<cache>/megatron-cache/<uid>`, made this user's alone (0700). Both folders are
+/// checked, not followed: `megatron-cache` must be a real folder that is this user's
+/// or sticky (as /tmp, made so here: every user of a shared cache has a folder in it,
+/// and none may rename another's), and `<uid>` a real folder of this user's alone.
 fn user_dir(cache: &CacheLayout) -> io::Result<PathBuf> {
     let uid = rustix::process::geteuid().as_raw();
     let root = cache.root().join(MEGATRON_CACHE_DIR);
-    let dir = root.join(uid.to_string());
-    for (path, mode) in [(&root, 0o755), (&dir, 0o700)] {
-        match std::fs::DirBuilder::new().mode(mode).create(path) {
-            Ok(()) => {}
-            Err(err) if err.kind() == io::ErrorKind::AlreadyExists => {}
-            Err(err) => return Err(err),
-        }
+    if create(&root, 0o1777)? {
+        // The umask took the sticky and shared bits off.
+        std::fs::set_permissions(&root, std::fs::Permissions::from_mode(0o1777))?;
     }
+    let refuse = |path: &PathBuf, why: &str| {
+        Err(io::Error::new(io::ErrorKind::PermissionDenied, format!("{} {why}", path.display())))
+    };
+    let meta = std::fs::symlink_metadata(&root)?;
+    if !meta.is_dir() || (meta.uid() != uid && meta.mode() & 0o1000 == 0) {
+        return refuse(&root, "is not a real folder of this user's, nor a sticky one (mode 1777)");
+    }
+    let dir = root.join(uid.to_string());
+    create(&dir, 0o700)?;
     let meta = std::fs::symlink_metadata(&dir)?;
     if !meta.is_dir() || meta.uid() != uid || meta.mode() & 0o077 != 0 {
-        return Err(io::Error::new(
-            io::ErrorKind::PermissionDenied,
-            format!("{} is not a folder of this user's alone (mode 0700)", dir.display()),
-        ));
+        return refuse(&dir, "is not a folder of this user's alone (mode 0700)");
     }
     Ok(dir)
+}
+
+/// Creates the folder `path` with `mode` (less the umask); whether it was made here.
+fn create(path: &PathBuf, mode: u32) -> io::Result<bool> {
+    match std::fs::DirBuilder::new().mode(mode).create(path) {
+        Ok(()) => Ok(true),
+        Err(err) if err.kind() == io::ErrorKind::AlreadyExists => Ok(false),
+        Err(err) => Err(err),
+    }
 }
